@@ -1,0 +1,3 @@
+"""capalarm: a write-volume capacity alarm for confined workloads."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Sources.  One file per source; each implements :class:`alarm.collectors.base.Collector`."""

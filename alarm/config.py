@@ -1,0 +1,305 @@
+"""Configuration: YAML in, validated models out, every problem named by its key path.
+
+Defaults live here, per surface kind, so that a config only states what differs.  The
+reasoning behind the numbers is in docs/detector.md.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+SurfaceKind = Literal["egress", "fs", "registry"]
+SURFACE_KINDS: tuple[str, ...] = ("egress", "fs", "registry")
+UNCLASSIFIED = "unclassified"
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, None: 1}
+
+
+def parse_duration(value: Any) -> float:
+    """'10s', '5m', '1.5h', 30 -> seconds."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration like 10s, 5m, 1h")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ValueError(f"{value!r} is not a duration like 10s, 5m, 1h")
+        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if seconds < 0:
+        raise ValueError("a duration cannot be negative")
+    return seconds
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SpikeRule(_Strict):
+    """Baseline + threshold: fires when a tick's byte rate exceeds
+    max(median + z * robust_sd, median * min_ratio, floor)."""
+
+    enabled: bool = True
+    z: float = Field(6.0, gt=0)
+    min_ratio: float = Field(3.0, ge=1)
+    floor_bytes_per_second: float = Field(1024.0, ge=0)
+    history: Duration = 3600.0
+    min_history: Duration = 300.0
+    hold: Duration = 0.0  # how long the condition must hold before firing
+    resolve_hold: Duration = 30.0  # how long it must stay clear before resolving
+    hysteresis: float = Field(0.8, gt=0, le=1)
+
+
+class BudgetRule(_Strict):
+    """Lampson capacity budget: one-sided CUSUM on estimated bits.
+
+    S_t = max(0, S_{t-1} + bits_t - allowance * dt); fires when S_t > tolerance."""
+
+    enabled: bool = True
+    allowance_bits_per_second: float = Field(gt=0)
+    tolerance_bits: float = Field(gt=0)
+    resolve_hold: Duration = 30.0
+    hysteresis: float = Field(0.5, gt=0, le=1)
+
+
+# Defaults per kind.  Egress from a confined workload is normally close to nothing, so the
+# unclassified surface gets the tightest budget: TCSEC's "must be audited" band tops out at
+# 100 bit/s, and 64 Kibit tolerated is a few keys' worth with room for stray handshakes.
+DEFAULT_BUDGETS: dict[str, dict[str, float]] = {
+    "egress": {"allowance_bits_per_second": 1e6, "tolerance_bits": 64e6},
+    "fs": {"allowance_bits_per_second": 1e6, "tolerance_bits": 64e6},
+    "registry": {"allowance_bits_per_second": 1e5, "tolerance_bits": 8e6},
+    UNCLASSIFIED: {"allowance_bits_per_second": 100.0, "tolerance_bits": 65536.0},
+}
+# Bits of metadata an event may carry besides its payload (names, sizes, timing): an upper
+# bound, so a channel of empty packets still has capacity.
+DEFAULT_META_BITS_PER_EVENT = 64.0
+
+
+def _port_range(value: Any) -> tuple[int, int]:
+    if isinstance(value, bool):
+        raise ValueError("a port is a number or a range like 8000-8100")
+    if isinstance(value, int):
+        lo = hi = value
+    else:
+        text = str(value).strip()
+        parts = text.split("-")
+        if len(parts) not in (1, 2) or not all(p.strip().isdigit() for p in parts):
+            raise ValueError(f"{value!r} is not a port or a range like 8000-8100")
+        lo, hi = int(parts[0]), int(parts[-1])
+    if not (0 <= lo <= hi <= 65535):
+        raise ValueError(f"{value!r} is outside 0-65535 or reversed")
+    return lo, hi
+
+
+class Match(_Strict):
+    """All given fields must match (AND); each list matches any of its items (OR)."""
+
+    dst: list[str] = []  # CIDRs or addresses
+    dport: list[Any] = []  # ports or "lo-hi"
+    proto: list[str] = []  # tcp, udp, icmp, icmpv6, or a number
+    out: list[str] = []  # output interface; a trailing '+' matches a prefix, like iptables
+    uid: list[int] = []
+    log_prefix: list[str] = []  # the nft rule's prefix text, e.g. "EGRESS_FENCE proxy"
+
+    @field_validator("dst")
+    @classmethod
+    def _cidrs(cls, values: list[str]) -> list[str]:
+        for v in values:
+            try:
+                ipaddress.ip_network(str(v), strict=False)
+            except ValueError as exc:
+                raise ValueError(f"{v!r} is not an address or CIDR") from exc
+        return values
+
+    @field_validator("dport")
+    @classmethod
+    def _ports(cls, values: list[Any]) -> list[Any]:
+        for v in values:
+            _port_range(v)
+        return values
+
+    @field_validator("proto")
+    @classmethod
+    def _protos(cls, values: list[str]) -> list[str]:
+        return [str(v).lower() for v in values]
+
+    def port_ranges(self) -> list[tuple[int, int]]:
+        return [_port_range(v) for v in self.dport]
+
+    def is_empty(self) -> bool:
+        return not (self.dst or self.dport or self.proto or self.out or self.uid or self.log_prefix)
+
+
+class SurfaceConfig(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$")
+    kind: SurfaceKind = "egress"
+    match: Match = Match()
+    spike: SpikeRule = SpikeRule()
+    budget: BudgetRule | None = None  # None: the kind's default
+    meta_bits_per_event: float = Field(DEFAULT_META_BITS_PER_EVENT, ge=0)
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value == UNCLASSIFIED:
+            raise ValueError("'unclassified' is reserved: it is declared for every kind")
+        return value
+
+    def effective_budget(self) -> BudgetRule:
+        return self.budget or BudgetRule(**DEFAULT_BUDGETS[self.kind])
+
+
+class SourceConfig(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$")
+    # auto: /dev/kmsg, else journald, else a clear error.
+    type: Literal["auto", "kmsg", "journald", "file"] = "auto"
+    prefixes: list[str] = Field(default_factory=lambda: ["EGRESS_FENCE"], min_length=1)
+    paths: list[str] = []  # file sources: paths or globs
+    format: Literal["auto", "syslog", "dmesg", "kmsg"] = "auto"  # file sources
+    kmsg_path: str = "/dev/kmsg"
+    start_at_end: bool = True  # first start without saved state: skip what is already logged
+    # Drain process priority for kmsg; the kernel ring buffer gives a reader little slack.
+    nice: int = Field(-10, ge=-20, le=19)
+
+    @model_validator(mode="after")
+    def _paths_for_files(self) -> SourceConfig:
+        if self.type == "file" and not self.paths:
+            raise ValueError("a file source needs 'paths'")
+        if self.type != "file" and self.paths:
+            raise ValueError("'paths' is only for type: file")
+        return self
+
+
+class WebhookConfig(_Strict):
+    url: str = Field(pattern=r"^https?://")
+    name: str | None = None
+    timeout: Duration = 5.0
+    max_retries: int = Field(5, ge=0, le=100)
+    queue_size: int = Field(10000, ge=1)
+    headers: dict[str, str] = {}
+
+
+class HttpConfig(_Strict):
+    listen: str = "127.0.0.1:9733"
+    top_contributors: int = Field(10, ge=0, le=1000)
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not port.isdigit() or not (0 <= int(port) <= 65535):
+            raise ValueError(f"{value!r} is not host:port")
+        return value
+
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class Config(_Strict):
+    tick: Duration = 10.0
+    state_dir: str = "/var/lib/capalarm"
+    http: HttpConfig = HttpConfig()
+    sources: list[SourceConfig] = Field(default_factory=lambda: [SourceConfig(name="kernel")])
+    surfaces: list[SurfaceConfig] = []
+    # Unclassified surfaces per kind: default deny, so they get the tightest budget.
+    unclassified: dict[SurfaceKind, BudgetRule] = {}
+    unclassified_spike: SpikeRule = SpikeRule()
+    webhooks: list[WebhookConfig] = []
+    heavy_hitters: int = Field(64, ge=1, le=10000)  # contributors remembered per surface
+    # Classification cache entries: bounds memory under hostile destination churn.
+    classify_cache: int = Field(65536, ge=16)
+
+    @field_validator("tick")
+    @classmethod
+    def _tick(cls, value: float) -> float:
+        if not 0.05 <= value <= 3600:
+            raise ValueError("tick must be between 50ms and 1h")
+        return value
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Config:
+        for label, names in (
+            ("surfaces", [s.name for s in self.surfaces]),
+            ("sources", [s.name for s in self.sources]),
+        ):
+            seen: set[str] = set()
+            for n in names:
+                if n in seen:
+                    raise ValueError(f"{label}: name {n!r} is declared twice")
+                seen.add(n)
+        return self
+
+    def unclassified_budget(self, kind: str) -> BudgetRule:
+        return self.unclassified.get(kind) or BudgetRule(**DEFAULT_BUDGETS[UNCLASSIFIED])  # type: ignore[call-overload]
+
+
+class ConfigError(Exception):
+    """Every problem found, each as 'key.path: message'."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def _key_path(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts) or "(top level)"
+
+
+def config_from_dict(data: Any) -> Config:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(["(top level): expected a mapping of keys to values"])
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            msg = err["msg"].removeprefix("Value error, ")
+            problems.append(f"{_key_path(err['loc'])}: {msg}")
+        raise ConfigError(problems) from None
+
+
+def load_config(path: str | Path | None) -> Config:
+    """Load FILE, or the embedded default when path is None."""
+    if path is None:
+        text = resources.files("alarm").joinpath("default.yaml").read_text()
+        source = "embedded default"
+    else:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ConfigError([f"(file): cannot read {path}: {exc.strerror}"]) from None
+        source = str(path)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"(yaml): {source} is not valid YAML: {exc}"]) from None
+    return config_from_dict(data)

@@ -1,0 +1,136 @@
+"""The alert state machine: inactive -> pending -> firing -> resolved (-> inactive).
+
+A condition must hold for ``hold`` seconds before firing (0: fire on the first tick it holds)
+and a firing alert resolves only after its value has stayed below ``hysteresis`` x threshold
+for ``resolve_hold`` seconds, so a value hovering at the threshold does not flap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+
+class AlertState(IntEnum):
+    INACTIVE = 0
+    PENDING = 1
+    FIRING = 2
+    RESOLVED = 3  # only ever reported as a transition; the machine rests in INACTIVE
+
+
+def fingerprint(target: str, rule: str) -> str:
+    return hashlib.sha256(f"{target}\x00{rule}".encode()).hexdigest()[:16]
+
+
+@dataclass(slots=True)
+class AlertChange:
+    """One state change, as notifiers and backtest output see it."""
+
+    fingerprint: str
+    target_type: str  # "surface" or "source"
+    target: str
+    kind: str
+    rule: str
+    state: str  # "pending", "firing", "resolved"
+    previous: str
+    at: float
+    started_at: float
+    value: float
+    threshold: float
+    figures: dict[str, Any] = field(default_factory=dict)
+    contributors: list[tuple[str, int]] = field(default_factory=list)
+    summary: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.fingerprint,
+            self.target_type: self.target,
+            "kind": self.kind,
+            "rule": self.rule,
+            "state": self.state,
+            "previous": self.previous,
+            "at": self.at,
+            "started_at": self.started_at,
+            "value": self.value,
+            "threshold": self.threshold,
+            "figures": self.figures,
+            "contributors": [{"contributor": c, "bytes": b} for c, b in self.contributors],
+            "summary": self.summary,
+        }
+
+
+class AlertMachine:
+    __slots__ = (
+        "_clear_since",
+        "_pending_since",
+        "fingerprint",
+        "hold",
+        "hysteresis",
+        "resolve_hold",
+        "rule",
+        "started_at",
+        "state",
+        "target",
+    )
+
+    def __init__(self, target: str, rule: str, hold: float, resolve_hold: float, hysteresis: float):
+        self.target = target
+        self.rule = rule
+        self.fingerprint = fingerprint(target, rule)
+        self.hold = hold
+        self.resolve_hold = resolve_hold
+        self.hysteresis = hysteresis
+        self.state = AlertState.INACTIVE
+        self.started_at = 0.0
+        self._pending_since = 0.0
+        self._clear_since: float | None = None
+
+    def step(self, now: float, tick: float, value: float, threshold: float) -> tuple[AlertState, AlertState] | None:
+        """Advance one tick ending at ``now``.  Returns (previous, new) on a change."""
+        breached = value > threshold
+        prev = self.state
+        if prev == AlertState.INACTIVE:
+            if breached:
+                self._pending_since = now - tick
+                self.started_at = now - tick
+                self.state = AlertState.FIRING if self.hold <= 0 else AlertState.PENDING
+                if self.state == AlertState.PENDING and now - self._pending_since >= self.hold:
+                    self.state = AlertState.FIRING
+        elif prev == AlertState.PENDING:
+            if not breached:
+                self.state = AlertState.INACTIVE
+            elif now - self._pending_since >= self.hold:
+                self.state = AlertState.FIRING
+        elif prev == AlertState.FIRING:
+            if value < threshold * self.hysteresis:
+                if self._clear_since is None:
+                    self._clear_since = now - tick
+                if now - self._clear_since >= self.resolve_hold:
+                    self._clear_since = None
+                    self.state = AlertState.INACTIVE
+                    return prev, AlertState.RESOLVED
+            else:
+                self._clear_since = None
+        if self.state != prev:
+            if self.state == AlertState.INACTIVE:
+                # pending that cleared before firing: nothing was announced as firing
+                return prev, AlertState.INACTIVE
+            return prev, self.state
+        return None
+
+    def to_state(self) -> dict:
+        return {
+            "state": int(self.state),
+            "started_at": self.started_at,
+            "pending_since": self._pending_since,
+            "clear_since": self._clear_since,
+        }
+
+    def load_state(self, state: dict) -> None:
+        self.state = AlertState(int(state.get("state", 0)))
+        self.started_at = float(state.get("started_at", 0.0))
+        self._pending_since = float(state.get("pending_since", 0.0))
+        cs = state.get("clear_since")
+        self._clear_since = None if cs is None else float(cs)

@@ -1,0 +1,209 @@
+"""Pipeline: kernel records and write events in, closed ticks and alert changes out.
+
+All of its state is owned by one thread (the service runs every call on a single-worker
+executor; backtest calls it directly), so it needs no locks and the event loop never does
+its CPU work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from alarm.classify import EgressClassifier
+from alarm.collectors.base import SourceStats
+from alarm.config import Config
+from alarm.detector.alerts import AlertChange
+from alarm.detector.engine import Detector
+from alarm.events import WriteEvent
+from alarm.netfilter import FenceParseError, parse_fence
+from alarm.records import KernelRecord
+from alarm.surfaces import SurfaceKey, SurfaceTable
+
+
+@dataclass(slots=True)
+class TickResult:
+    end: float
+    changes: list[AlertChange] = field(default_factory=list)
+
+
+class Pipeline:
+    def __init__(self, config: Config, kinds_in_use: Iterable[str] = ("egress",)):
+        self.config = config
+        self.table = SurfaceTable(config, kinds_in_use)
+        self.detector = Detector(config, list(self.table.surfaces))
+        self.classifier = EgressClassifier(config.surfaces, config.classify_cache)
+        self.sources: dict[str, SourceStats] = {}
+        self.positions: dict[str, Any] = {}
+        self.ticks = 0
+        self.last_tick_end = 0.0
+        self.last_tick_seconds = 0.0  # CPU time of the last evaluation
+
+    def source(self, name: str) -> SourceStats:
+        stats = self.sources.get(name)
+        if stats is None:
+            stats = self.sources[name] = SourceStats()
+        return stats
+
+    def ingest_kernel(
+        self, source: str, records: list[KernelRecord], prefixes: tuple[str, ...], require_trusted: bool
+    ) -> None:
+        """Parse, classify and count fence records.  ``require_trusted``: the source can prove
+        kernel origin, so records it cannot vouch for are forged, not traffic."""
+        stats = self.source(source)
+        table = self.table
+        classify = self.classifier.classify
+        for rec in records:
+            try:
+                fence = parse_fence(rec.message, prefixes)
+            except FenceParseError:
+                stats.parse_errors += 1
+                continue
+            if fence is None:
+                continue
+            if require_trusted and not rec.trusted:
+                stats.forged_records += 1
+                continue
+            key = (fence.dst, fence.proto, fence.dpt, fence.out_if, fence.uid, fence.log_prefix)
+            surface = classify(key)
+            contributor = f"{fence.dst}:{fence.dpt}/{fence.proto}" if fence.dpt is not None else f"{fence.dst}/{fence.proto}"
+            table.add("egress", surface, fence.length, 1, contributor)
+
+    def ingest_events(self, events: Iterable[WriteEvent], kind: str = "egress") -> None:
+        for ev in events:
+            contributor = ev.evidence.contributor if ev.evidence else None
+            self.table.add(kind, ev.surface, ev.bytes, ev.events, contributor)
+
+    def set_position(self, source: str, position: dict[str, Any] | None) -> None:
+        if position is not None:
+            self.positions[source] = position
+
+    def contributors(self, key: SurfaceKey) -> list[tuple[str, int]]:
+        surface = self.table.surfaces[key]
+        return surface.recent.top(self.config.http.top_contributors or 10)
+
+    def close_tick(self, end: float, seconds: float | None = None) -> TickResult:
+        tick = seconds or self.config.tick
+        totals = self.table.close_tick()
+        changes = self.detector.evaluate(end, tick, totals, self.contributors)
+        changes += self.detector.evaluate_sources(end, tick, self.sources)
+        # Reset "recent" contributors of surfaces that are neither writing nor alerting, so the
+        # evidence of the next alert is about the next episode.
+        firing = {t for t, _, _ in self.detector.firing()}
+        for t in totals:
+            if t.bytes == 0 and f"{t.key[0]}/{t.key[1]}" not in firing:
+                s = self.table.surfaces[t.key]
+                if s.recent.top(1):
+                    s.recent = type(s.recent)(self.config.heavy_hitters)
+        self.ticks += 1
+        self.last_tick_end = end
+        return TickResult(end, changes)
+
+    # -- state -------------------------------------------------------------------------
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "surfaces": self.table.to_state(),
+            "detector": self.detector.to_state(),
+            "positions": dict(self.positions),
+            "sources": {
+                n: {"records_read": s.records_read, "parse_errors": s.parse_errors, "records_lost": s.records_lost,
+                    "forged_records": s.forged_records, "truncations": s.truncations, "rotations": s.rotations}
+                for n, s in self.sources.items()
+            },
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.table.load_state(state.get("surfaces", {}))
+        self.detector.load_state(state.get("detector", {}))
+        self.positions = dict(state.get("positions", {}))
+        for n, saved in state.get("sources", {}).items():
+            s = self.source(n)
+            for k, v in saved.items():
+                setattr(s, k, int(v))
+
+
+@dataclass(slots=True)
+class SurfaceView:
+    kind: str
+    name: str
+    bytes_total: int
+    events_total: int
+    rate: float
+    events_rate: float
+    baseline: float
+    threshold: float
+    baseline_ready: bool
+    capacity_bps: float
+    budget_excess: float
+    budget_allowance: float
+    budget_tolerance: float
+    spike_state: int
+    budget_state: int
+    contributors: list[tuple[str, int]]
+    contributors_error: int
+
+
+@dataclass(slots=True)
+class SourceView:
+    name: str
+    stats: SourceStats
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """A copy of everything the exposition needs, taken on the pipeline thread so that
+    rendering can happen elsewhere without locks."""
+
+    taken_at: float
+    tick: float
+    ticks: int
+    last_tick_end: float
+    last_tick_seconds: float
+    surfaces: list[SurfaceView]
+    sources: list[SourceView]
+    source_alerts: list[tuple[str, str, int]]  # source, rule, state
+    classify_cache_clears: int
+    unknown_surface_events: int
+
+
+def take_snapshot(pipeline: Pipeline, now: float, top: int) -> Snapshot:
+    from copy import copy
+
+    surfaces = []
+    for key, s in pipeline.table.surfaces.items():
+        d = pipeline.detector.surfaces[key]
+        f = d.figures
+        surfaces.append(
+            SurfaceView(
+                kind=key[0],
+                name=key[1],
+                bytes_total=s.bytes_total,
+                events_total=s.events_total,
+                rate=f.rate,
+                events_rate=f.events_rate,
+                baseline=f.baseline,
+                threshold=f.threshold,
+                baseline_ready=f.baseline_ready,
+                capacity_bps=f.capacity_bps,
+                budget_excess=f.budget_excess,
+                budget_allowance=f.budget_allowance,
+                budget_tolerance=f.budget_tolerance,
+                spike_state=int(d.spike_alert.state),
+                budget_state=int(d.budget_alert.state),
+                contributors=s.hitters.top(top),
+                contributors_error=s.hitters.error,
+            )
+        )
+    return Snapshot(
+        taken_at=now,
+        tick=pipeline.config.tick,
+        ticks=pipeline.ticks,
+        last_tick_end=pipeline.last_tick_end,
+        last_tick_seconds=pipeline.last_tick_seconds,
+        surfaces=surfaces,
+        sources=[SourceView(n, copy(s)) for n, s in pipeline.sources.items()],
+        source_alerts=[(n, r, int(m.state)) for (n, r), m in pipeline.detector.source_alerts.items()],
+        classify_cache_clears=pipeline.classifier.cache_clears,
+        unknown_surface_events=pipeline.table.unknown_surface_events,
+    )

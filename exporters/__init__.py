@@ -1,0 +1,1 @@
+"""Everything that leaves the process: metrics exposition, status API, notifications."""
