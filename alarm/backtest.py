@@ -51,7 +51,9 @@ class ChunkResult:
             for c, b in contrib.items():
                 mine[c] = mine.get(c, 0) + b
             if len(mine) > 4 * CONTRIBUTORS_PER_CELL:
-                self.contributors[key] = dict(heapq.nlargest(CONTRIBUTORS_PER_CELL, mine.items(), key=lambda kv: kv[1]))
+                self.contributors[key] = dict(
+                    heapq.nlargest(CONTRIBUTORS_PER_CELL, mine.items(), key=lambda kv: kv[1])
+                )
         self.lines += other.lines
         self.fence_records += other.fence_records
         self.parse_errors += other.parse_errors
@@ -75,7 +77,14 @@ def _read_range(path: str, start: int, end: int) -> str:
 
 
 def scan_range(
-    path: str, start: int, end: int, fmt: str, prefixes: tuple[str, ...], surfaces: list[dict], tick: float, year: int
+    path: str,
+    start: int,
+    end: int,
+    fmt: str,
+    prefixes: tuple[str, ...],
+    surfaces: list[dict],
+    tick: float,
+    year: int,
 ) -> ChunkResult:
     """Worker: parse, classify and aggregate one byte range of a kernel log."""
     from alarm.fastscan import scan_text
@@ -103,11 +112,15 @@ def scan_range(
     result.fence_records = len(scan.rows)
     for key, contrib in contributors.items():
         if len(contrib) > CONTRIBUTORS_PER_CELL:
-            contributors[key] = dict(heapq.nlargest(CONTRIBUTORS_PER_CELL, contrib.items(), key=lambda kv: kv[1]))
+            contributors[key] = dict(
+                heapq.nlargest(CONTRIBUTORS_PER_CELL, contrib.items(), key=lambda kv: kv[1])
+            )
     return result
 
 
-def _scan_journal(path: str, prefixes: tuple[str, ...], classifier: EgressClassifier, tick: float) -> ChunkResult:
+def _scan_journal(
+    path: str, prefixes: tuple[str, ...], classifier: EgressClassifier, tick: float
+) -> ChunkResult:
     from alarm.kernel_formats import parse_journal_json
     from alarm.netfilter import FenceParseError, parse_fence
 
@@ -132,8 +145,16 @@ def _scan_journal(path: str, prefixes: tuple[str, ...], classifier: EgressClassi
             if not rec.trusted:
                 result.forged += 1
                 continue
-            surface = classifier.classify((fence.dst, fence.proto, fence.dpt, fence.out_if, fence.uid, fence.log_prefix))
-            _add(result, (int(rec.ts // tick), "egress", surface), fence.length, 1, f"{fence.dst}:{fence.dpt}/{fence.proto}")
+            surface = classifier.classify(
+                (fence.dst, fence.proto, fence.dpt, fence.out_if, fence.uid, fence.log_prefix)
+            )
+            _add(
+                result,
+                (int(rec.ts // tick), "egress", surface),
+                fence.length,
+                1,
+                f"{fence.dst}:{fence.dpt}/{fence.proto}",
+            )
             result.fence_records += 1
     return result
 
@@ -159,12 +180,20 @@ def _scan_events(path: str, tick: float) -> ChunkResult:
                 result.parse_errors += 1
                 continue
             contributor = obj.get("contributor")
-            _add(result, (int(ts // tick), kind, surface), nbytes, events, None if contributor is None else str(contributor))
+            _add(
+                result,
+                (int(ts // tick), kind, surface),
+                nbytes,
+                events,
+                None if contributor is None else str(contributor),
+            )
             result.fence_records += 1
     return result
 
 
-def _add(result: ChunkResult, key: TickSurface, nbytes: int, events: int, contributor: str | None) -> None:
+def _add(
+    result: ChunkResult, key: TickSurface, nbytes: int, events: int, contributor: str | None
+) -> None:
     cell = result.cells.get(key)
     if cell is None:
         result.cells[key] = [nbytes, events]
@@ -208,12 +237,18 @@ class BacktestSummary:
 
 
 def run_backtest(
-    config: Config, inputs: list[str], out: IO[str], workers: int | None = None, year: int | None = None
+    config: Config,
+    inputs: list[str],
+    out: IO[str],
+    workers: int | None = None,
+    year: int | None = None,
 ) -> BacktestSummary:
     t0 = time.perf_counter()
     tick = config.tick
     year = year or time.gmtime().tm_year
-    prefixes = tuple(dict.fromkeys(p for s in config.sources for p in s.prefixes)) or ("EGRESS_FENCE",)
+    prefixes = tuple(dict.fromkeys(p for s in config.sources for p in s.prefixes)) or (
+        "EGRESS_FENCE",
+    )
     surfaces = [s.model_dump() for s in config.surfaces]
     total = ChunkResult()
     workers = workers or os.cpu_count() or 1
@@ -231,13 +266,21 @@ def run_backtest(
             else:
                 size = Path(path).stat().st_size
                 for start, end in _ranges(path, size, workers):
-                    futures.append(pool.submit(scan_range, path, start, end, fmt, prefixes, surfaces, tick, year))
+                    futures.append(
+                        pool.submit(
+                            scan_range, path, start, end, fmt, prefixes, surfaces, tick, year
+                        )
+                    )
         for fut in futures:
             total.merge(fut.result())
 
     pipeline = Pipeline(config, kinds_in_use=sorted(kinds & {"egress", "fs", "registry"}))
     summary = BacktestSummary(
-        inputs=len(inputs), lines=total.lines, records=total.fence_records, parse_errors=total.parse_errors, forged=total.forged
+        inputs=len(inputs),
+        lines=total.lines,
+        records=total.fence_records,
+        parse_errors=total.parse_errors,
+        forged=total.forged,
     )
     by_tick: dict[int, list[TickSurface]] = {}
     for key in total.cells:
@@ -246,7 +289,11 @@ def run_backtest(
         first, last = min(by_tick), max(by_tick)
         # Run on past the last record long enough for spikes and budgets to resolve.
         holds = [config.unclassified_spike.resolve_hold, 30.0]
-        holds += [h for s in config.surfaces for h in (s.spike.resolve_hold, s.effective_budget().resolve_hold)]
+        holds += [
+            h
+            for s in config.surfaces
+            for h in (s.spike.resolve_hold, s.effective_budget().resolve_hold)
+        ]
         tail = math.ceil(max(holds) / tick) + 2
         write = out.write
         for idx in range(first, last + 1 + tail):
@@ -268,7 +315,9 @@ def run_backtest(
     return summary
 
 
-def main_backtest(config: Config, inputs: list[str], output: str | None, workers: int | None) -> int:
+def main_backtest(
+    config: Config, inputs: list[str], output: str | None, workers: int | None
+) -> int:
     out: IO[str] = sys.stdout if output in (None, "-") else open(output, "w")  # noqa: SIM115
     try:
         summary = run_backtest(config, inputs, out, workers)

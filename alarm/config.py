@@ -206,7 +206,7 @@ class HttpConfig(_Strict):
     @field_validator("listen")
     @classmethod
     def _host_port(cls, value: str) -> str:
-        host, sep, port = value.rpartition(":")
+        _, sep, port = value.rpartition(":")
         if not sep or not port.isdigit() or not (0 <= int(port) <= 65535):
             raise ValueError(f"{value!r} is not host:port")
         return value

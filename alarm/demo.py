@@ -31,14 +31,23 @@ def demo_config(state_dir: str, listen: str, webhook_url: str) -> dict:
                 "name": "registry-proxy",
                 "kind": "egress",
                 "match": {"dst": ["10.20.0.0/16"], "dport": [443], "proto": ["tcp"]},
-                "spike": {"history": "60s", "min_history": "10s", "resolve_hold": "4s", "floor_bytes_per_second": 2048},
+                "spike": {
+                    "history": "60s",
+                    "min_history": "10s",
+                    "resolve_hold": "4s",
+                    "floor_bytes_per_second": 2048,
+                },
             },
             {
                 "name": "paste-board",
                 "kind": "egress",
                 "match": {"dst": ["10.30.0.7/32"], "dport": [80], "proto": ["tcp"]},
                 "spike": {"enabled": False},
-                "budget": {"allowance_bits_per_second": 800, "tolerance_bits": 16000, "resolve_hold": "3s"},
+                "budget": {
+                    "allowance_bits_per_second": 800,
+                    "tolerance_bits": 16000,
+                    "resolve_hold": "3s",
+                },
             },
         ],
         "webhooks": [{"url": webhook_url, "name": "demo-receiver", "max_retries": 3}],
@@ -49,7 +58,15 @@ def demo_flows() -> list[Flow]:
     return [
         # steady package downloads' requests through the proxy, then a 20x burst
         Flow("10.20.1.10", 443, "TCP", 20, 600),
-        Flow("10.20.1.10", 443, "TCP", 400, 600, start=DEMO_SPIKE_AT, end=DEMO_SPIKE_AT + DEMO_SPIKE_FOR),
+        Flow(
+            "10.20.1.10",
+            443,
+            "TCP",
+            400,
+            600,
+            start=DEMO_SPIKE_AT,
+            end=DEMO_SPIKE_AT + DEMO_SPIKE_FOR,
+        ),
         # a slow drip to a message board: ~1.9 kbit/s against an 800 bit/s allowance
         Flow("10.30.0.7", 80, "TCP", 4, 60, start=8.0, end=28.0),
     ]
@@ -73,7 +90,9 @@ async def run_demo(duration: float = 60.0, listen: str = "127.0.0.1:9733") -> in
     hook_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
     with tempfile.TemporaryDirectory(prefix="capalarm-demo-") as state_dir:
-        config = config_from_dict(demo_config(state_dir, listen, f"http://127.0.0.1:{hook_port}/hook"))
+        config = config_from_dict(
+            demo_config(state_dir, listen, f"http://127.0.0.1:{hook_port}/hook")
+        )
         collector = SyntheticCollector("demo", demo_flows())
         service = Service(config, collectors=[(config.sources[0], collector)])
 
@@ -101,6 +120,8 @@ async def run_demo(duration: float = 60.0, listen: str = "127.0.0.1:9733") -> in
     await runner.cleanup()
     fired = {(p.get("surface"), p["rule"]) for p in received if p["state"] == "firing"}
     resolved = {(p.get("surface"), p["rule"]) for p in received if p["state"] == "resolved"}
-    print(f"\ndemo done: {len(received)} webhook notifications; fired {sorted(fired)}, resolved {sorted(resolved)}")
+    print(
+        f"\ndemo done: {len(received)} webhook notifications; fired {sorted(fired)}, resolved {sorted(resolved)}"
+    )
     print(json.dumps({"fired": sorted(fired), "resolved": sorted(resolved)}))
     return 0

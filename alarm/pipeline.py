@@ -47,7 +47,11 @@ class Pipeline:
         return stats
 
     def ingest_kernel(
-        self, source: str, records: list[KernelRecord], prefixes: tuple[str, ...], require_trusted: bool
+        self,
+        source: str,
+        records: list[KernelRecord],
+        prefixes: tuple[str, ...],
+        require_trusted: bool,
     ) -> None:
         """Parse, classify and count fence records.  ``require_trusted``: the source can prove
         kernel origin, so records it cannot vouch for are forged, not traffic."""
@@ -67,7 +71,11 @@ class Pipeline:
                 continue
             key = (fence.dst, fence.proto, fence.dpt, fence.out_if, fence.uid, fence.log_prefix)
             surface = classify(key)
-            contributor = f"{fence.dst}:{fence.dpt}/{fence.proto}" if fence.dpt is not None else f"{fence.dst}/{fence.proto}"
+            contributor = (
+                f"{fence.dst}:{fence.dpt}/{fence.proto}"
+                if fence.dpt is not None
+                else f"{fence.dst}/{fence.proto}"
+            )
             table.add("egress", surface, fence.length, 1, contributor)
 
     def ingest_events(self, events: Iterable[WriteEvent], kind: str = "egress") -> None:
@@ -107,8 +115,14 @@ class Pipeline:
             "detector": self.detector.to_state(),
             "positions": dict(self.positions),
             "sources": {
-                n: {"records_read": s.records_read, "parse_errors": s.parse_errors, "records_lost": s.records_lost,
-                    "forged_records": s.forged_records, "truncations": s.truncations, "rotations": s.rotations}
+                n: {
+                    "records_read": s.records_read,
+                    "parse_errors": s.parse_errors,
+                    "records_lost": s.records_lost,
+                    "forged_records": s.forged_records,
+                    "truncations": s.truncations,
+                    "rotations": s.rotations,
+                }
                 for n, s in self.sources.items()
             },
         }
@@ -203,7 +217,9 @@ def take_snapshot(pipeline: Pipeline, now: float, top: int) -> Snapshot:
         last_tick_seconds=pipeline.last_tick_seconds,
         surfaces=surfaces,
         sources=[SourceView(n, copy(s)) for n, s in pipeline.sources.items()],
-        source_alerts=[(n, r, int(m.state)) for (n, r), m in pipeline.detector.source_alerts.items()],
+        source_alerts=[
+            (n, r, int(m.state)) for (n, r), m in pipeline.detector.source_alerts.items()
+        ],
         classify_cache_clears=pipeline.classifier.cache_clears,
         unknown_surface_events=pipeline.table.unknown_surface_events,
     )

@@ -63,10 +63,19 @@ def kernel_line_parser(fmt: str) -> Callable[[str], KernelRecord | None]:
     return auto
 
 
+def _can_open(path: str) -> bool:
+    # os.access is not enough: reading /dev/kmsg also needs CAP_SYSLOG when dmesg_restrict=1.
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+    except OSError:
+        return False
+    return True
+
+
 def build_collector(src: SourceConfig, position: dict[str, Any] | None) -> Collector:
     kind = src.type
     if kind == "auto":
-        if os.access(src.kmsg_path, os.R_OK):
+        if _can_open(src.kmsg_path):
             kind = "kmsg"
         elif shutil.which("journalctl"):
             kind = "journald"
@@ -79,7 +88,11 @@ def build_collector(src: SourceConfig, position: dict[str, Any] | None) -> Colle
         from alarm.collectors.kmsg import KmsgCollector
 
         return KmsgCollector(
-            name=src.name, path=src.kmsg_path, position=position, start_at_end=src.start_at_end, nice=src.nice
+            name=src.name,
+            path=src.kmsg_path,
+            position=position,
+            start_at_end=src.start_at_end,
+            nice=src.nice,
         )
     if kind == "journald":
         from alarm.collectors.journald import JournaldCollector
@@ -88,7 +101,10 @@ def build_collector(src: SourceConfig, position: dict[str, Any] | None) -> Colle
     from alarm.collectors.file_tail import FileTailCollector
 
     return FileTailCollector(
-        name=src.name, paths=list(src.paths), line_parser=kernel_line_parser(src.format), position=position
+        name=src.name,
+        paths=list(src.paths),
+        line_parser=kernel_line_parser(src.format),
+        position=position,
     )
 
 
@@ -108,12 +124,22 @@ class Service:
         self.pipeline.load_state(self.store.load())
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="capalarm-pipeline")
         if collectors is None:
-            collectors = [(src, build_collector(src, self.pipeline.positions.get(src.name))) for src in config.sources]
+            collectors = [
+                (src, build_collector(src, self.pipeline.positions.get(src.name)))
+                for src in config.sources
+            ]
         self.collectors: list[tuple[SourceConfig, Collector]] = []
         for src, collector in collectors:
             restored = self.pipeline.sources.get(src.name)
             if restored is not None:
-                for field in ("records_read", "parse_errors", "records_lost", "forged_records", "truncations", "rotations"):
+                for field in (
+                    "records_read",
+                    "parse_errors",
+                    "records_lost",
+                    "forged_records",
+                    "truncations",
+                    "rotations",
+                ):
                     setattr(collector.stats, field, getattr(restored, field))
             # One stats object per source, shared by the collector and the pipeline.
             self.pipeline.sources[src.name] = collector.stats
@@ -141,7 +167,9 @@ class Service:
         return result.changes
 
     async def snapshot(self) -> Snapshot:
-        return await self._on_pipeline(take_snapshot, self.pipeline, time.time(), self.config.http.top_contributors)
+        return await self._on_pipeline(
+            take_snapshot, self.pipeline, time.time(), self.config.http.top_contributors
+        )
 
     # -- tasks -------------------------------------------------------------------------
     async def _run_collector(self, src: SourceConfig, collector: Collector) -> None:
@@ -158,7 +186,12 @@ class Service:
             except Exception as exc:  # a source must never take the service down
                 collector.stats.up = False
                 collector.stats.last_error = f"{type(exc).__name__}: {exc}"[:500]
-                log.error("source %s failed: %s; restarting in %.0fs", src.name, collector.stats.last_error, delay)
+                log.error(
+                    "source %s failed: %s; restarting in %.0fs",
+                    src.name,
+                    collector.stats.last_error,
+                    delay,
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, COLLECTOR_RESTART_MAX)
 
@@ -176,7 +209,9 @@ class Service:
         payload = change.to_dict()
         self.recent.append(payload)
         level = logging.WARNING if change.state == "firing" else logging.INFO
-        log.log(level, "alert %s %s/%s: %s", change.state, change.target, change.rule, change.summary)
+        log.log(
+            level, "alert %s %s/%s: %s", change.state, change.target, change.rule, change.summary
+        )
         if self.on_change:
             self.on_change(change)
         if change.state in ("firing", "resolved"):
@@ -217,7 +252,9 @@ class Service:
         finally:
             # Positions and counters of everything counted so far, in one transaction.
             with contextlib.suppress(Exception):
-                await asyncio.shield(self._on_pipeline(lambda: self.store.save(self.pipeline.to_state())))
+                await asyncio.shield(
+                    self._on_pipeline(lambda: self.store.save(self.pipeline.to_state()))
+                )
             self.executor.shutdown(wait=True)
             self.store.close()
 

@@ -48,8 +48,13 @@ def surfaces_json(snap: Snapshot) -> dict[str, Any]:
                     "tolerance_bits": s.budget_tolerance,
                     "excess_bits": s.budget_excess,
                 },
-                "alerts": {"spike": STATE_NAMES[s.spike_state], "budget": STATE_NAMES[s.budget_state]},
-                "top_contributors": [{"contributor": sanitize(c), "bytes": b} for c, b in s.contributors],
+                "alerts": {
+                    "spike": STATE_NAMES[s.spike_state],
+                    "budget": STATE_NAMES[s.budget_state],
+                },
+                "top_contributors": [
+                    {"contributor": sanitize(c), "bytes": b} for c, b in s.contributors
+                ],
                 "contributors_error_bytes": s.contributors_error,
             }
             for s in snap.surfaces
@@ -102,7 +107,9 @@ class HttpServer:
 
     async def metrics(self, request: web.Request) -> web.Response:
         snap = await self._snapshot()
-        body, ctype = await asyncio.to_thread(render, snap, list(self._notifiers), request.headers.get("Accept"))
+        body, ctype = await asyncio.to_thread(
+            render, snap, list(self._notifiers), request.headers.get("Accept")
+        )
         resp = web.Response(body=body)
         resp.headers["Content-Type"] = ctype
         return resp

@@ -30,7 +30,9 @@ class NotifierView:
 
 
 def _families(snap: Snapshot, notifiers: Sequence[NotifierView]) -> Iterable[Metric]:
-    yield InfoMetricFamily("capalarm_build", "capalarm build information", value={"version": __version__})
+    yield InfoMetricFamily(
+        "capalarm_build", "capalarm build information", value={"version": __version__}
+    )
 
     sl = ["surface", "kind"]
 
@@ -40,27 +42,58 @@ def _families(snap: Snapshot, notifiers: Sequence[NotifierView]) -> Iterable[Met
             fam.add_metric([s.name, s.kind], getattr(s, attr))
         return fam
 
-    def gauge(name: str, doc: str, attr: str, unit: str = "") -> GaugeMetricFamily:
-        fam = GaugeMetricFamily(f"capalarm_surface_{name}", doc, labels=sl, unit=unit)
+    def gauge(name: str, doc: str, attr: str, scale: float = 1.0) -> GaugeMetricFamily:
+        fam = GaugeMetricFamily(f"capalarm_surface_{name}", doc, labels=sl)
         for s in snap.surfaces:
-            fam.add_metric([s.name, s.kind], float(getattr(s, attr)))
+            fam.add_metric([s.name, s.kind], float(getattr(s, attr)) * scale)
         return fam
 
+    # Capacity figures are computed in bits (the TCSEC bands are in bit/s) but exposed in
+    # Prometheus' base unit, bytes, as promtool's lint requires: multiply by 8 for bits.
+    bits = 1 / 8
+
     yield counter("written_bytes", "Bytes written through the surface.", "bytes_total")
-    yield counter("write_events", "Write events (packets, file writes, uploads) on the surface.", "events_total")
+    yield counter(
+        "write_events",
+        "Write events (packets, file writes, uploads) on the surface.",
+        "events_total",
+    )
     yield gauge("write_rate_bytes_per_second", "Byte rate over the last closed tick.", "rate")
     yield gauge("write_events_per_second", "Event rate over the last closed tick.", "events_rate")
-    yield gauge("baseline_bytes_per_second", "Robust baseline (median) of the byte rate.", "baseline")
-    yield gauge("threshold_bytes_per_second", "Spike threshold for the byte rate.", "threshold")
-    yield gauge("baseline_ready", "1 when the baseline has enough history to judge spikes.", "baseline_ready")
     yield gauge(
-        "capacity_bits_per_second",
-        "Lampson upper bound of the information carried over the last tick (8 x bytes + metadata per event).",
-        "capacity_bps",
+        "baseline_bytes_per_second", "Robust baseline (median) of the byte rate.", "baseline"
     )
-    yield gauge("budget_allowance_bits_per_second", "Capacity budget allowance k.", "budget_allowance")
-    yield gauge("budget_tolerance_bits", "Capacity budget tolerance h: the largest leak tolerated.", "budget_tolerance")
-    yield gauge("budget_excess_bits", "Bits carried above the allowance, accumulated (CUSUM).", "budget_excess")
+    yield gauge("threshold_bytes_per_second", "Spike threshold for the byte rate.", "threshold")
+    yield gauge(
+        "baseline_ready",
+        "1 when the baseline has enough history to judge spikes.",
+        "baseline_ready",
+    )
+    yield gauge(
+        "capacity_bytes_per_second",
+        "Lampson upper bound of the information carried over the last tick (payload + metadata per event), "
+        "in bytes/s (x8 for bit/s).",
+        "capacity_bps",
+        bits,
+    )
+    yield gauge(
+        "budget_allowance_bytes_per_second",
+        "Capacity budget allowance k (x8 for bit/s).",
+        "budget_allowance",
+        bits,
+    )
+    yield gauge(
+        "budget_tolerance_bytes",
+        "Capacity budget tolerance h, the largest leak tolerated (x8 for bits).",
+        "budget_tolerance",
+        bits,
+    )
+    yield gauge(
+        "budget_excess_bytes",
+        "Information carried above the allowance, accumulated (CUSUM; x8 for bits).",
+        "budget_excess",
+        bits,
+    )
 
     state = GaugeMetricFamily(
         "capalarm_alert_state",
@@ -95,21 +128,45 @@ def _families(snap: Snapshot, notifiers: Sequence[NotifierView]) -> Iterable[Met
         "provenance_verified",
     )
     yield src_counter("records_read", "Records read from the source.", "records_read")
-    yield src_counter("parse_errors", "Records that matched a fence prefix but did not parse.", "parse_errors")
-    yield src_counter("records_lost", "Records known or possibly lost (ring overwrite, sequence gap, truncation).", "records_lost")
-    yield src_counter("forged_records", "Fence look-alikes not written by the kernel: rejected and alarmed.", "forged_records")
-    yield src_counter("truncations", "Followed files truncated in place (copytruncate).", "truncations")
+    yield src_counter(
+        "parse_errors", "Records that matched a fence prefix but did not parse.", "parse_errors"
+    )
+    yield src_counter(
+        "records_lost",
+        "Records known or possibly lost (ring overwrite, sequence gap, truncation).",
+        "records_lost",
+    )
+    yield src_counter(
+        "forged_records",
+        "Fence look-alikes not written by the kernel: rejected and alarmed.",
+        "forged_records",
+    )
+    yield src_counter(
+        "truncations", "Followed files truncated in place (copytruncate).", "truncations"
+    )
     yield src_counter("rotations", "Followed files rotated by rename.", "rotations")
-    yield src_gauge("last_record_timestamp_seconds", "Timestamp of the last record read.", "last_record_ts")
+    yield src_gauge(
+        "last_record_timestamp_seconds", "Timestamp of the last record read.", "last_record_ts"
+    )
 
     nl = ["notifier"]
     for name, doc, attr, fam_type in (
         ("sent", "Notifications delivered.", "sent", CounterMetricFamily),
         ("failed", "Deliveries given up after the last retry.", "failed", CounterMetricFamily),
         ("retried", "Delivery attempts retried.", "retried", CounterMetricFamily),
-        ("dropped", "Notifications dropped because the queue was full.", "dropped", CounterMetricFamily),
+        (
+            "dropped",
+            "Notifications dropped because the queue was full.",
+            "dropped",
+            CounterMetricFamily,
+        ),
         ("queue_depth", "Notifications waiting.", "queue_depth", GaugeMetricFamily),
-        ("oldest_queued_age_seconds", "Age of the oldest waiting notification.", "oldest_queued_age", GaugeMetricFamily),
+        (
+            "oldest_queued_age_seconds",
+            "Age of the oldest waiting notification.",
+            "oldest_queued_age",
+            GaugeMetricFamily,
+        ),
     ):
         fam = fam_type(f"capalarm_notifier_{name}", doc, labels=nl)
         for n in notifiers:
@@ -117,10 +174,18 @@ def _families(snap: Snapshot, notifiers: Sequence[NotifierView]) -> Iterable[Met
         yield fam
 
     yield CounterMetricFamily("capalarm_ticks", "Ticks evaluated.", value=snap.ticks)
-    yield GaugeMetricFamily("capalarm_last_tick_timestamp_seconds", "End of the last evaluated tick.", value=snap.last_tick_end)
-    yield GaugeMetricFamily("capalarm_tick_interval_seconds", "Configured tick length.", value=snap.tick)
     yield GaugeMetricFamily(
-        "capalarm_tick_evaluation_seconds", "CPU time the last tick's evaluation took.", value=snap.last_tick_seconds
+        "capalarm_last_tick_timestamp_seconds",
+        "End of the last evaluated tick.",
+        value=snap.last_tick_end,
+    )
+    yield GaugeMetricFamily(
+        "capalarm_tick_interval_seconds", "Configured tick length.", value=snap.tick
+    )
+    yield GaugeMetricFamily(
+        "capalarm_tick_evaluation_seconds",
+        "CPU time the last tick's evaluation took.",
+        value=snap.last_tick_seconds,
     )
     yield CounterMetricFamily(
         "capalarm_classify_cache_clears",
@@ -143,11 +208,15 @@ class _SnapshotCollector:
         return _families(self._snap, self._notifiers)
 
 
-def render(snap: Snapshot, notifiers: Sequence[NotifierView], accept: str | None) -> tuple[bytes, str]:
+def render(
+    snap: Snapshot, notifiers: Sequence[NotifierView], accept: str | None
+) -> tuple[bytes, str]:
     """Returns (body, content type).  CPU work: call it off the event loop."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_SnapshotCollector(snap, notifiers))  # type: ignore[arg-type]
     registry.register(ProcessCollector(registry=None))
     if accept and "application/openmetrics-text" in accept:
-        return openmetrics.exposition.generate_latest(registry), openmetrics.exposition.CONTENT_TYPE_LATEST
+        return openmetrics.exposition.generate_latest(
+            registry
+        ), openmetrics.exposition.CONTENT_TYPE_LATEST
     return exposition.generate_latest(registry), exposition.CONTENT_TYPE_LATEST

@@ -24,7 +24,9 @@ log = logging.getLogger("capalarm.webhook")
 
 
 class WebhookNotifier:
-    def __init__(self, cfg: WebhookConfig, index: int, base_backoff: float = 0.5, max_backoff: float = 30.0):
+    def __init__(
+        self, cfg: WebhookConfig, index: int, base_backoff: float = 0.5, max_backoff: float = 30.0
+    ):
         self.cfg = cfg
         self.name = cfg.name or f"webhook{index}"
         self._queue: deque[tuple[float, dict[str, Any]]] = deque()
@@ -49,13 +51,21 @@ class WebhookNotifier:
         if len(self._queue) >= self.cfg.queue_size:
             self._queue.popleft()
             self.dropped += 1
-            log.error("%s: queue full (%d), dropped the oldest notification", self.name, self.cfg.queue_size)
+            log.error(
+                "%s: queue full (%d), dropped the oldest notification",
+                self.name,
+                self.cfg.queue_size,
+            )
         self._queue.append((time.time(), payload))
         self._wake.set()
 
     async def run(self) -> None:
         timeout = aiohttp.ClientTimeout(total=self.cfg.timeout)
-        headers = {"Content-Type": "application/json", "User-Agent": f"capalarm/{__version__}", **self.cfg.headers}
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": f"capalarm/{__version__}",
+            **self.cfg.headers,
+        }
         async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
             while True:
                 if not self._queue:
@@ -85,10 +95,16 @@ class WebhookNotifier:
                     if 200 <= resp.status < 300:
                         return True
                     if 400 <= resp.status < 500 and resp.status not in (408, 429):
-                        log.error("%s: receiver rejected the notification: HTTP %d", self.name, resp.status)
+                        log.error(
+                            "%s: receiver rejected the notification: HTTP %d",
+                            self.name,
+                            resp.status,
+                        )
                         return False
                     log.warning("%s: HTTP %d, will retry", self.name, resp.status)
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 log.warning("%s: delivery failed (%s), will retry", self.name, type(exc).__name__)
-        log.error("%s: gave up on a notification after %d attempts", self.name, self.cfg.max_retries + 1)
+        log.error(
+            "%s: gave up on a notification after %d attempts", self.name, self.cfg.max_retries + 1
+        )
         return False

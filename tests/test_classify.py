@@ -6,7 +6,14 @@ def classifier():
     config = config_from_dict(
         {
             "surfaces": [
-                {"name": "proxy", "match": {"dst": ["10.20.0.0/16", "fd00::/8"], "dport": [443, "3128-3130"], "proto": ["tcp"]}},
+                {
+                    "name": "proxy",
+                    "match": {
+                        "dst": ["10.20.0.0/16", "fd00::/8"],
+                        "dport": [443, "3128-3130"],
+                        "proto": ["tcp"],
+                    },
+                },
                 {"name": "dns", "match": {"dport": [53], "proto": ["udp"]}},
                 {"name": "ci-user", "match": {"uid": [1001], "out": ["veth+"]}},
                 {"name": "tagged", "match": {"log_prefix": ["EGRESS_FENCE board"]}},
@@ -32,6 +39,9 @@ def test_first_matching_rule_wins_and_rest_is_unclassified():
 def test_cache_is_bounded_under_destination_churn():
     c = classifier()
     for i in range(1000):
-        assert c.classify((f"10.20.{i // 256}.{i % 256}", "TCP", 443, "eth0", None, "EGRESS_FENCE")) == "proxy"
+        assert (
+            c.classify((f"10.20.{i // 256}.{i % 256}", "TCP", 443, "eth0", None, "EGRESS_FENCE"))
+            == "proxy"
+        )
     assert len(c._cache) <= 4
     assert c.cache_clears > 0

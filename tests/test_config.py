@@ -14,7 +14,9 @@ def test_embedded_default_is_valid_and_watches_the_kernel_log():
     assert config.http.host_port()[0] == "127.0.0.1"
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("10s", 10), ("5m", 300), ("1.5h", 5400), (30, 30), ("250ms", 0.25)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("10s", 10), ("5m", 300), ("1.5h", 5400), (30, 30), ("250ms", 0.25)]
+)
 def test_durations(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
 
@@ -55,7 +57,9 @@ def test_duplicate_surface_names_are_rejected():
 
 def test_check_config_exit_codes(tmp_path):
     good = tmp_path / "good.yaml"
-    good.write_text("tick: 5s\nsurfaces:\n  - {name: proxy, match: {dst: [10.0.0.0/8], dport: [443]}}\n")
+    good.write_text(
+        "tick: 5s\nsurfaces:\n  - {name: proxy, match: {dst: [10.0.0.0/8], dport: [443]}}\n"
+    )
     bad = tmp_path / "bad.yaml"
     bad.write_text("tick: 5s\nsurfaces:\n  - {name: proxy, match: {dport: [99999]}}\n")
     broken = tmp_path / "broken.yaml"

@@ -53,7 +53,9 @@ async def test_rejected_and_unreachable_are_counted_not_lost_silently():
 
     runner, url = await start_receiver(handler)
     bad = WebhookNotifier(WebhookConfig(url=url, max_retries=3), 0, base_backoff=0.01)
-    down = WebhookNotifier(WebhookConfig(url="http://127.0.0.1:9/hook", max_retries=2, timeout=1), 1, base_backoff=0.01)
+    down = WebhookNotifier(
+        WebhookConfig(url="http://127.0.0.1:9/hook", max_retries=2, timeout=1), 1, base_backoff=0.01
+    )
     tasks = [asyncio.create_task(bad.run()), asyncio.create_task(down.run())]
     try:
         bad.submit({"state": "firing"})

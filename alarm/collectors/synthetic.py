@@ -39,7 +39,14 @@ def fence_line(prefix: str, dst: str, dport: int, proto: str, length: int, sport
 class SyntheticCollector:
     kind = "egress"
 
-    def __init__(self, name: str, flows: list[Flow], prefix: str = "EGRESS_FENCE", interval: float = 0.1, seed: int = 1):
+    def __init__(
+        self,
+        name: str,
+        flows: list[Flow],
+        prefix: str = "EGRESS_FENCE",
+        interval: float = 0.1,
+        seed: int = 1,
+    ):
         self.name = name
         self.flows = flows
         self.prefix = prefix
@@ -60,11 +67,18 @@ class SyntheticCollector:
                 for i, flow in enumerate(self.flows):
                     if not flow.start <= elapsed < flow.end:
                         continue
-                    carry[i] += flow.packets_per_second * self.interval * self._rng.uniform(0.7, 1.3)
+                    carry[i] += (
+                        flow.packets_per_second * self.interval * self._rng.uniform(0.7, 1.3)
+                    )
                     count, carry[i] = int(carry[i]), carry[i] - int(carry[i])
                     for _ in range(count):
                         line = fence_line(
-                            self.prefix, flow.dst, flow.dport, flow.proto, flow.packet_bytes, self._rng.randint(32768, 60999)
+                            self.prefix,
+                            flow.dst,
+                            flow.dport,
+                            flow.proto,
+                            flow.packet_bytes,
+                            self._rng.randint(32768, 60999),
                         )
                         records.append(KernelRecord(ts=now, message=line))
                 if records:

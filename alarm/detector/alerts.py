@@ -87,7 +87,9 @@ class AlertMachine:
         self._pending_since = 0.0
         self._clear_since: float | None = None
 
-    def step(self, now: float, tick: float, value: float, threshold: float) -> tuple[AlertState, AlertState] | None:
+    def step(
+        self, now: float, tick: float, value: float, threshold: float
+    ) -> tuple[AlertState, AlertState] | None:
         """Advance one tick ending at ``now``.  Returns (previous, new) on a change."""
         breached = value > threshold
         prev = self.state

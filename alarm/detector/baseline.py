@@ -32,7 +32,9 @@ class RobustBaseline:
 
     def threshold(self) -> float:
         r = self.rule
-        return max(self.median + r.z * self.spread, self.median * r.min_ratio, r.floor_bytes_per_second)
+        return max(
+            self.median + r.z * self.spread, self.median * r.min_ratio, r.floor_bytes_per_second
+        )
 
     def learn(self, rate: float) -> None:
         """Add a tick's rate.  Values above the threshold are clipped to it, so a spike never

@@ -33,7 +33,16 @@ class SurfaceFigures:
 
 
 class SurfaceDetector:
-    __slots__ = ("baseline", "budget", "budget_alert", "figures", "key", "meta_bits", "spike_alert", "spike_rule")
+    __slots__ = (
+        "baseline",
+        "budget",
+        "budget_alert",
+        "figures",
+        "key",
+        "meta_bits",
+        "spike_alert",
+        "spike_rule",
+    )
 
     def __init__(self, key: SurfaceKey, spike: SpikeRule, budget, meta_bits: float, tick: float):
         self.key = key
@@ -42,10 +51,15 @@ class SurfaceDetector:
         self.baseline = RobustBaseline(spike, tick)
         self.budget = CapacityBudget(budget)
         self.meta_bits = meta_bits
-        self.spike_alert = AlertMachine(target, "spike", spike.hold, spike.resolve_hold, spike.hysteresis)
-        self.budget_alert = AlertMachine(target, "budget", 0.0, budget.resolve_hold, budget.hysteresis)
+        self.spike_alert = AlertMachine(
+            target, "spike", spike.hold, spike.resolve_hold, spike.hysteresis
+        )
+        self.budget_alert = AlertMachine(
+            target, "budget", 0.0, budget.resolve_hold, budget.hysteresis
+        )
         self.figures = SurfaceFigures(
-            budget_allowance=budget.allowance_bits_per_second, budget_tolerance=budget.tolerance_bits
+            budget_allowance=budget.allowance_bits_per_second,
+            budget_tolerance=budget.tolerance_bits,
         )
 
 
@@ -60,7 +74,11 @@ class Detector:
         for key in keys:
             declared = by_name.get(key)
             if declared is not None:
-                spike, budget, meta = declared.spike, declared.effective_budget(), declared.meta_bits_per_event
+                spike, budget, meta = (
+                    declared.spike,
+                    declared.effective_budget(),
+                    declared.meta_bits_per_event,
+                )
             else:
                 assert key[1] == UNCLASSIFIED
                 spike = config.unclassified_spike
@@ -92,7 +110,11 @@ class Detector:
                 f.baseline, f.threshold = base.median, threshold
                 change = d.spike_alert.step(now, tick, f.rate, threshold)
                 if change:
-                    changes.append(self._surface_change(d, "spike", change, now, f.rate, threshold, contributors))
+                    changes.append(
+                        self._surface_change(
+                            d, "spike", change, now, f.rate, threshold, contributors
+                        )
+                    )
             base.learn(f.rate)
             if not base.ready or not d.spike_rule.enabled:
                 f.baseline, f.threshold = base.median, base.threshold()
@@ -102,7 +124,9 @@ class Detector:
                 change = d.budget_alert.step(now, tick, f.budget_excess, tol)
                 if change:
                     changes.append(
-                        self._surface_change(d, "budget", change, now, f.budget_excess, tol, contributors)
+                        self._surface_change(
+                            d, "budget", change, now, f.budget_excess, tol, contributors
+                        )
                     )
         return changes
 
@@ -157,7 +181,9 @@ class Detector:
             summary=summary,
         )
 
-    def evaluate_sources(self, now: float, tick: float, stats: Mapping[str, SourceStats]) -> list[AlertChange]:
+    def evaluate_sources(
+        self, now: float, tick: float, stats: Mapping[str, SourceStats]
+    ) -> list[AlertChange]:
         changes = []
         for name, s in stats.items():
             lost0, forged0 = self._source_seen.get(name, (s.records_lost, s.forged_records))
@@ -172,7 +198,9 @@ class Detector:
                 if machine is None:
                     machine = AlertMachine(f"source/{name}", rule, 0.0, SOURCE_RESOLVE_HOLD, 1.0)
                     self.source_alerts[(name, rule)] = machine
-                change = machine.step(now, tick, float(value), 0.0 if rule != "source_down" else 0.5)
+                change = machine.step(
+                    now, tick, float(value), 0.0 if rule != "source_down" else 0.5
+                )
                 if not change:
                     continue
                 prev, new = change
@@ -194,7 +222,10 @@ class Detector:
                         started_at=machine.started_at,
                         value=float(value),
                         threshold=0.0,
-                        figures={"records_lost_total": s.records_lost, "forged_records_total": s.forged_records},
+                        figures={
+                            "records_lost_total": s.records_lost,
+                            "forged_records_total": s.forged_records,
+                        },
                         summary=f"source {name} {what}",
                     )
                 )
