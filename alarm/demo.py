@@ -16,7 +16,8 @@ from alarm.collectors.synthetic import Flow, SyntheticCollector
 from alarm.config import config_from_dict
 from alarm.service import Service
 
-DEMO_SPIKE_AT = 20.0
+DEMO_SPIKE_AT = 22.0
+DRIP_FROM, DRIP_TO = 5.0, 20.0
 DEMO_SPIKE_FOR = 10.0
 
 
@@ -68,7 +69,7 @@ def demo_flows() -> list[Flow]:
             end=DEMO_SPIKE_AT + DEMO_SPIKE_FOR,
         ),
         # a slow drip to a message board: ~1.9 kbit/s against an 800 bit/s allowance
-        Flow("10.30.0.7", 80, "TCP", 4, 60, start=8.0, end=28.0),
+        Flow("10.30.0.7", 80, "TCP", 4, 60, start=DRIP_FROM, end=DRIP_TO),
     ]
 
 
@@ -104,7 +105,7 @@ async def run_demo(duration: float = 60.0, listen: str = "127.0.0.1:9733") -> in
             f"  status page  {base}/\n  metrics      {base}/metrics\n"
             f"  surfaces     {base}/api/v1/surfaces\n"
             f"  a 20x burst on 'registry-proxy' starts at {DEMO_SPIKE_AT:.0f}s; a slow drip to "
-            f"'paste-board' runs from 8s to 28s.\n",
+            f"'paste-board' runs from {DRIP_FROM:.0f}s to {DRIP_TO:.0f}s.\n",
             flush=True,
         )
         start = time.time()
