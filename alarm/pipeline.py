@@ -21,6 +21,16 @@ from alarm.netfilter import FenceParseError, parse_fence
 from alarm.records import KernelRecord
 from alarm.surfaces import SurfaceKey, SurfaceTable
 
+# Source counters that survive a restart (the rest — up, last error — describe this process).
+_RESTORED_COUNTERS = (
+    "records_read",
+    "parse_errors",
+    "records_lost",
+    "forged_records",
+    "truncations",
+    "rotations",
+)
+
 
 @dataclass(slots=True)
 class TickResult:
@@ -43,8 +53,19 @@ class Pipeline:
     def source(self, name: str) -> SourceStats:
         stats = self.sources.get(name)
         if stats is None:
-            stats = self.sources[name] = SourceStats()
+            stats = SourceStats()
+            self.attach_source(name, stats)
         return stats
+
+    def attach_source(self, name: str, stats: SourceStats) -> None:
+        """Use ``stats`` (a collector's own object) for source ``name``, keeping any counts
+        restored from saved state."""
+        restored = self.sources.get(name)
+        if restored is not None and restored is not stats:
+            for counter in _RESTORED_COUNTERS:
+                setattr(stats, counter, getattr(restored, counter))
+        self.sources[name] = stats
+        self.detector.attach_source(name, stats)
 
     def ingest_kernel(
         self,
@@ -132,9 +153,10 @@ class Pipeline:
         self.detector.load_state(state.get("detector", {}))
         self.positions = dict(state.get("positions", {}))
         for n, saved in state.get("sources", {}).items():
-            s = self.source(n)
-            for k, v in saved.items():
-                setattr(s, k, int(v))
+            stats = SourceStats()
+            for k in _RESTORED_COUNTERS:
+                setattr(stats, k, int(saved.get(k, 0)))
+            self.attach_source(n, stats)
 
 
 @dataclass(slots=True)

@@ -130,19 +130,8 @@ class Service:
             ]
         self.collectors: list[tuple[SourceConfig, Collector]] = []
         for src, collector in collectors:
-            restored = self.pipeline.sources.get(src.name)
-            if restored is not None:
-                for field in (
-                    "records_read",
-                    "parse_errors",
-                    "records_lost",
-                    "forged_records",
-                    "truncations",
-                    "rotations",
-                ):
-                    setattr(collector.stats, field, getattr(restored, field))
             # One stats object per source, shared by the collector and the pipeline.
-            self.pipeline.sources[src.name] = collector.stats
+            self.pipeline.attach_source(src.name, collector.stats)
             self.collectors.append((src, collector))
         self.notifiers = [WebhookNotifier(w, i) for i, w in enumerate(config.webhooks)]
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_CHANGES)

@@ -91,3 +91,20 @@ def test_default_unclassified_budget_is_the_tightest():
     c = config_from_dict({"surfaces": [{"name": "proxy", "match": {"dport": [443]}}]})
     assert c.unclassified_budget("egress").allowance_bits_per_second <= 100
     assert c.surfaces[0].effective_budget().allowance_bits_per_second > 100
+
+
+def test_source_alarms_cover_records_forged_before_the_first_tick_and_resolve():
+    from alarm.collectors.base import SourceStats
+    from alarm.detector.engine import SOURCE_RESOLVE_HOLD, Detector
+
+    d = Detector(config_from_dict({}), [])
+    stats = SourceStats(up=True, forged_records=5)  # restored from a previous run
+    d.attach_source("kernel", stats)
+    stats.forged_records += 1  # before the first tick
+    changes = d.evaluate_sources(10, 10, {"kernel": stats})
+    assert [(c.rule, c.state, c.value) for c in changes] == [("forged_records", "firing", 1.0)]
+    t, resolved = 10, []
+    while not resolved and t < 10 + SOURCE_RESOLVE_HOLD + 30:
+        t += 10
+        resolved = d.evaluate_sources(t, 10, {"kernel": stats})
+    assert [(c.rule, c.state) for c in resolved] == [("forged_records", "resolved")]

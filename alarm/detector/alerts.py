@@ -106,7 +106,7 @@ class AlertMachine:
             elif now - self._pending_since >= self.hold:
                 self.state = AlertState.FIRING
         elif prev == AlertState.FIRING:
-            if value < threshold * self.hysteresis:
+            if not breached and value <= threshold * self.hysteresis:
                 if self._clear_since is None:
                     self._clear_since = now - tick
                 if now - self._clear_since >= self.resolve_hold:

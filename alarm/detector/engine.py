@@ -181,12 +181,18 @@ class Detector:
             summary=summary,
         )
 
+    def attach_source(self, name: str, stats: SourceStats) -> None:
+        """Start judging a source from its current (possibly restored) counts, so what was
+        lost or forged before this process started is not alarmed again, and nothing that
+        happens after — even before the first tick — goes unalarmed."""
+        self._source_seen[name] = (stats.records_lost, stats.forged_records)
+
     def evaluate_sources(
         self, now: float, tick: float, stats: Mapping[str, SourceStats]
     ) -> list[AlertChange]:
         changes = []
         for name, s in stats.items():
-            lost0, forged0 = self._source_seen.get(name, (s.records_lost, s.forged_records))
+            lost0, forged0 = self._source_seen.get(name, (0, 0))
             self._source_seen[name] = (s.records_lost, s.forged_records)
             values = {
                 "records_lost": s.records_lost - lost0,
