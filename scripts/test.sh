@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEBS=(nftables iproute2 prometheus mtail inotify-tools gcc)
+DEBS=(nftables iproute2 prometheus prometheus-alertmanager mtail inotify-tools gcc systemd util-linux)
 missing=()
 for p in "${DEBS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

@@ -1,0 +1,278 @@
+"""Real kernel fence traffic for tests and benches: a throwaway network namespace whose nft
+output chain logs (and counts) matching packets with a test-unique prefix.
+
+    with fence_netns(ports=(9911,)) as ns:
+        sent = ns.udp(10, payload=100)     # 10 packets, LEN= 128 each
+        ns.counter()                       # (packets, bytes) the kernel matched, from nft
+
+Every namespace gets its own prefix (``EGRESS_FENCE t<hex>``), so concurrent tests never count
+each other's records: filter records by ``ns.prefix``.  Sockets are created inside the namespace
+by a short-lived thread that ``setns``-es itself (a socket stays in the namespace it was
+created in), so the test process never changes its own namespace.
+
+Needs root, ``ip`` (iproute2) and ``nft`` (nftables); :func:`require_kernel` skips otherwise, or
+fails when ``CI=true`` (CI must run these).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import secrets
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
+
+CLONE_NEWNET = 0x40000000
+IPV4_UDP_OVERHEAD = 28  # IPv4 header 20 + UDP header 8: LEN= is the IP total length
+IPV4_ICMP_OVERHEAD = 28  # IPv4 header 20 + ICMP echo header 8
+KMSG = "/dev/kmsg"
+
+
+def kernel_missing() -> str | None:
+    """Why real-kernel tests cannot run here, or None when they can."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, nftables, /dev/kmsg)"
+    for tool in ("ip", "nft"):
+        if shutil.which(tool) is None:
+            return f"needs {tool!r} (apt-get install iproute2 nftables)"
+    if not os.access(KMSG, os.R_OK | os.W_OK):
+        return f"cannot read and write {KMSG}"
+    return None
+
+
+def require_kernel() -> None:
+    """Skip the calling test when the kernel parts are unavailable; fail instead under CI."""
+    import pytest
+
+    reason = kernel_missing()
+    if reason is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true but {reason}")
+    pytest.skip(reason)
+
+
+def _run(argv: Sequence[str], stdin: str | None = None) -> str:
+    res = subprocess.run(list(argv), input=stdin, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({res.returncode}): {res.stderr.strip()}")
+    return res.stdout
+
+
+def _setns(path: str) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns({path}): {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
+def run_in_netns(name: str, fn: Callable[[], T]) -> T:
+    """Run ``fn`` on a fresh thread that has entered netns ``name``; the thread then ends, so
+    no thread of the caller is ever left in another namespace."""
+    box: dict[str, object] = {}
+
+    def body() -> None:
+        try:
+            _setns(f"/run/netns/{name}")
+            box["ok"] = fn()
+        except BaseException as exc:
+            box["err"] = exc
+
+    t = threading.Thread(target=body, name=f"netns-{name}")
+    t.start()
+    t.join()
+    if "err" in box:
+        raise box["err"]  # type: ignore[misc]
+    return box["ok"]  # type: ignore[return-value]
+
+
+def icmp_checksum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    total = (total >> 16) + (total & 0xFFFF)
+    total += total >> 16
+    return ~total & 0xFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    packets: int
+    bytes: int  # sum of IP total lengths, i.e. of the LEN= the kernel logs
+
+
+@dataclass(slots=True)
+class FenceNetns:
+    name: str
+    prefix: str  # without the trailing space the rule adds
+    ports: tuple[int, ...]
+    protos: tuple[str, ...]
+
+    def exec_argv(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` run inside the namespace (for subprocesses such as bench senders)."""
+        return ["ip", "netns", "exec", self.name, *argv]
+
+    def socket(self, family: int, kind: int, proto: int = 0) -> socket.socket:
+        return run_in_netns(self.name, lambda: socket.socket(family, kind, proto))
+
+    def udp(self, count: int, payload: int = 100, port: int | None = None) -> Sent:
+        """``count`` UDP datagrams of ``payload`` bytes to 127.0.0.1:port.  A bound receiver
+        that is never read takes them, so the kernel sends no ICMP errors back."""
+        port = self.ports[0] if port is None else port
+        rx = self.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        tx = self.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            rx.bind(("127.0.0.1", port))
+            data = b"x" * payload
+            for _ in range(count):
+                tx.sendto(data, ("127.0.0.1", port))
+        finally:
+            tx.close()
+            rx.close()
+        return Sent(count, count * (IPV4_UDP_OVERHEAD + payload))
+
+    def icmp_echo(self, count: int, payload: int = 56) -> Sent:
+        """``count`` ICMP echo requests to 127.0.0.1 (raw socket, so the size is exact)."""
+        s = self.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+        try:
+            for i in range(count):
+                body = b"p" * payload
+                hdr = struct.pack("!BBHHH", 8, 0, 0, 0x4341, i & 0xFFFF)
+                hdr = struct.pack("!BBHHH", 8, 0, icmp_checksum(hdr + body), 0x4341, i & 0xFFFF)
+                s.sendto(hdr + body, ("127.0.0.1", 0))
+        finally:
+            s.close()
+        return Sent(count, count * (IPV4_ICMP_OVERHEAD + payload))
+
+    def tcp(self, nbytes: int, port: int | None = None) -> None:
+        """One TCP connection carrying ``nbytes`` to 127.0.0.1:port.  Segmentation, handshake
+        and options decide how many packets the kernel logs: use :meth:`counter` for the
+        exact packet and byte counts."""
+        port = self.ports[0] if port is None else port
+        srv = self.socket(socket.AF_INET, socket.SOCK_STREAM)
+        srv.bind(("127.0.0.1", port))
+        srv.listen(1)
+
+        def sink() -> None:
+            conn, _ = srv.accept()
+            with conn:
+                while conn.recv(1 << 16):
+                    pass
+
+        t = threading.Thread(target=sink)
+        t.start()
+        cli = self.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            cli.connect(("127.0.0.1", port))
+            cli.sendall(b"y" * nbytes)
+        finally:
+            cli.close()
+            t.join(10)
+            srv.close()
+
+    def counter(self) -> Sent:
+        """Packets and bytes the fence rules matched, from the nft counters (skb length =
+        IP total length for locally generated IPv4 packets)."""
+        doc = json.loads(_run(self.exec_argv(["nft", "-j", "list", "table", "inet", "fence"])))
+        packets = nbytes = 0
+        for item in doc.get("nftables", []):
+            for expr in item.get("rule", {}).get("expr", []):
+                if "counter" in expr:
+                    packets += expr["counter"]["packets"]
+                    nbytes += expr["counter"]["bytes"]
+        return Sent(packets, nbytes)
+
+
+def _rules(prefix: str, ports: tuple[int, ...], protos: tuple[str, ...]) -> list[str]:
+    port_set = "{ " + ", ".join(str(p) for p in ports) + " }"
+    log = f'counter log prefix "{prefix} "'
+    rules = []
+    for proto in protos:
+        if proto in ("udp", "tcp"):
+            rules.append(f"add rule inet fence out {proto} dport {port_set} {log}")
+        elif proto == "icmp":
+            rules.append(f"add rule inet fence out icmp type echo-request {log}")
+        else:
+            raise ValueError(f"proto must be udp, tcp or icmp, not {proto!r}")
+    return rules
+
+
+def sweep_stale_netns() -> list[str]:
+    """Delete ``capalarm-<pid>-*`` namespaces whose creating process is gone (a test killed
+    by a timeout never reaches its cleanup).  The pid in the name makes this safe to run
+    while other tests hold their own namespaces."""
+    removed = []
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir("/run/netns"):
+            parts = name.split("-")
+            if len(parts) != 3 or parts[0] != "capalarm" or not parts[1].isdigit():
+                continue
+            if os.path.exists(f"/proc/{parts[1]}"):
+                continue
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+            removed.append(name)
+    return removed
+
+
+@contextlib.contextmanager
+def fence_netns(
+    prefix: str | None = None,
+    ports: Sequence[int] = (9911,),
+    proto: str | Sequence[str] = ("udp", "tcp", "icmp"),
+) -> Iterator[FenceNetns]:
+    """A fresh netns (``capalarm-<pid>-<hex>``) with lo up and an nft output rule per protocol
+    that counts and logs matching packets with ``prefix`` (default: a unique
+    ``EGRESS_FENCE t<hex>``).  Sets ``net.netfilter.nf_log_all_netns=1`` (needed for logging
+    from non-initial namespaces) and leaves it set: other tests running meanwhile need it."""
+    protos = (proto,) if isinstance(proto, str) else tuple(proto)
+    prefix = prefix or f"EGRESS_FENCE t{secrets.token_hex(4)}"
+    name = f"capalarm-{os.getpid()}-{secrets.token_hex(3)}"
+    sweep_stale_netns()
+    with open("/proc/sys/net/netfilter/nf_log_all_netns", "w") as f:
+        f.write("1\n")
+    _run(["ip", "netns", "add", name])
+    try:
+        _run(["ip", "-n", name, "link", "set", "lo", "up"])
+        script = [
+            "add table inet fence",
+            "add chain inet fence out { type filter hook output priority 0; policy accept; }",
+            *_rules(prefix, tuple(ports), protos),
+        ]
+        _run(["ip", "netns", "exec", name, "nft", "-f", "-"], stdin="\n".join(script) + "\n")
+        yield FenceNetns(name, prefix, tuple(ports), protos)
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+
+
+def inject_kmsg(text: str, level: int | None = 4) -> None:
+    """Write a record to /dev/kmsg from user space, as a workload trying to forge fence lines
+    would.  ``level`` becomes a ``<N>`` prefix; the kernel turns facility 0 ("kern") into 1
+    ("user") for writes, so even ``<0>``/``<4>`` come out as PRI 8/12, never facility 0."""
+    head = f"<{level}>" if level is not None else ""
+    fd = os.open(KMSG, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, (head + text.rstrip("\n") + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def forged_fence(prefix: str, length: int, dport: int = 9911) -> str:
+    """A fence line in the kernel's exact format, for injection."""
+    return (
+        f"{prefix} IN= OUT=lo SRC=127.0.0.1 DST=127.0.0.1 LEN={length} TOS=0x00 PREC=0x00 "
+        f"TTL=64 ID=1 DF PROTO=UDP SPT=40000 DPT={dport} LEN={length - 20} "
+    )
