@@ -177,7 +177,6 @@ class KmsgCollector:
         stats = self.stats
         tail = b""
         try:
-            stats.up = True
             while True:
                 data = await proc.stdout.read(READ_MAX)
                 if not data:
@@ -210,6 +209,9 @@ class KmsgCollector:
                 if chunk.last_ts:
                     stats.last_record_ts = chunk.last_ts
                 if chunk.ready:
+                    # Up only once the drain holds its read position: before that, records
+                    # the kernel logs may fall before where a start-at-end reader begins.
+                    stats.up = True
                     self.ready.set()
                 for w in chunk.warnings:
                     stats.last_error = f"drain: {w}"
