@@ -18,10 +18,13 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
 )
+
+from exporters.notify_config import NotificationsConfig
 
 SurfaceKind = Literal["egress", "fs", "registry"]
 SURFACE_KINDS: tuple[str, ...] = ("egress", "fs", "registry")
@@ -59,14 +62,37 @@ class SpikeRule(_Strict):
     max(median + z * robust_sd, median * min_ratio, floor)."""
 
     enabled: bool = True
-    z: float = Field(6.0, gt=0)
-    min_ratio: float = Field(3.0, ge=1)
+    z: float = Field(6.0, gt=0)  # in robust standard deviations of the log-rate
+    # Legitimate bursts (deploys, cache warm-ups) reach 3-5x: below 6x nothing is a spike.
+    min_ratio: float = Field(6.0, ge=1)
     floor_bytes_per_second: float = Field(1024.0, ge=0)
     history: Duration = 3600.0
     min_history: Duration = 300.0
     hold: Duration = 0.0  # how long the condition must hold before firing
     resolve_hold: Duration = 30.0  # how long it must stay clear before resolving
     hysteresis: float = Field(0.8, gt=0, le=1)
+    # The threshold never rises above max_ratio x baseline: a burst of 10x what is normal at
+    # that time of day is always a spike, however noisy the surface has been.
+    max_ratio: float = Field(8.0, ge=1)
+    # Daily (15-min slots) and weekly (hourly slots) profiles, used once a slot has history.
+    seasonal: bool = True
+    # How fast the baseline may learn upward: at most this factor per day (per week for the
+    # weekly profile), so a patient attacker cannot walk it up faster than that.
+    max_learn_up: float = Field(4.0, gt=1)
+
+    @model_validator(mode="after")
+    def _ratios(self) -> SpikeRule:
+        if self.max_ratio < self.min_ratio:
+            raise ValueError("max_ratio must be at least min_ratio")
+        return self
+
+
+class BudgetHorizon(_Strict):
+    """One more capacity budget on a longer horizon: a lower allowance, a larger tolerance."""
+
+    horizon: str = Field(pattern=r"^[A-Za-z0-9_.]{1,16}$")
+    allowance_bits_per_second: float = Field(gt=0)
+    tolerance_bits: float = Field(gt=0)
 
 
 class BudgetRule(_Strict):
@@ -79,16 +105,43 @@ class BudgetRule(_Strict):
     tolerance_bits: float = Field(gt=0)
     resolve_hold: Duration = 30.0
     hysteresis: float = Field(0.5, gt=0, le=1)
+    # The name of the horizon above (allowance, tolerance); ``horizons`` adds more, each its
+    # own CUSUM; the alert fires when any of them passes its tolerance.
+    horizon: str = Field("base", pattern=r"^[A-Za-z0-9_.]{1,16}$")
+    horizons: list[BudgetHorizon] = []
+
+    @model_validator(mode="after")
+    def _unique_horizons(self) -> BudgetRule:
+        names = [self.horizon, *(h.horizon for h in self.horizons)]
+        if len(set(names)) != len(names):
+            raise ValueError(f"horizon names must be unique, got {names}")
+        return self
 
 
 # Defaults per kind.  Egress from a confined workload is normally close to nothing, so the
 # unclassified surface gets the tightest budget: TCSEC's "must be audited" band tops out at
 # 100 bit/s, and 64 Kibit tolerated is a few keys' worth with room for stray handshakes.
-DEFAULT_BUDGETS: dict[str, dict[str, float]] = {
-    "egress": {"allowance_bits_per_second": 1e6, "tolerance_bits": 64e6},
-    "fs": {"allowance_bits_per_second": 1e6, "tolerance_bits": 64e6},
-    "registry": {"allowance_bits_per_second": 1e5, "tolerance_bits": 8e6},
-    UNCLASSIFIED: {"allowance_bits_per_second": 100.0, "tolerance_bits": 65536.0},
+# Each kind has three horizons, a token-bucket envelope (docs/detector.md): over a minute a
+# surface may burst (high allowance, small tolerance); over a day it must average far less
+# (low allowance, larger tolerance).  Unclassified: 100 bit/s over a minute is TCSEC's "high"
+# edge; 0.5 bit/s over a day sits inside the 0.1-100 bit/s band that must be audited.
+def _horizons(k: float, h: float, hour: tuple[float, float], day: tuple[float, float]) -> dict:
+    return {
+        "allowance_bits_per_second": k,
+        "tolerance_bits": h,
+        "horizon": "1m",
+        "horizons": [
+            {"horizon": "1h", "allowance_bits_per_second": hour[0], "tolerance_bits": hour[1]},
+            {"horizon": "1d", "allowance_bits_per_second": day[0], "tolerance_bits": day[1]},
+        ],
+    }
+
+
+DEFAULT_BUDGETS: dict[str, dict[str, Any]] = {
+    "egress": _horizons(1e6, 64e6, (250e3, 512e6), (100e3, 2e9)),
+    "fs": _horizons(1e6, 64e6, (250e3, 512e6), (100e3, 2e9)),
+    "registry": _horizons(1e5, 8e6, (25e3, 64e6), (10e3, 256e6)),
+    UNCLASSIFIED: _horizons(100.0, 65536.0, (10.0, 131072.0), (0.5, 262144.0)),
 }
 # Bits of metadata an event may carry besides its payload (names, sizes, timing): an upper
 # bound, so a channel of empty packets still has capacity.
@@ -216,6 +269,19 @@ class HttpConfig(_Strict):
         return host.strip("[]") or "0.0.0.0", int(port)
 
 
+class AggregateRule(_Strict):
+    """The kind's aggregate surface: the sum over every surface of the kind.  Its budget, when
+    not given, is ``share`` x the members' allowances summed per horizon (tolerance: the
+    largest member's), so a swarm of members each under budget still alarms once more than
+    that share of the summed allowance is in use at once."""
+
+    enabled: bool = True
+    min_members: int = Field(4, ge=2)  # fewer members: the aggregate only repeats them
+    share: float = Field(0.5, gt=0, le=1)
+    spike: SpikeRule = SpikeRule()
+    budget: BudgetRule | None = None
+
+
 class Config(_Strict):
     tick: Duration = 10.0
     state_dir: str = "/var/lib/capalarm"
@@ -225,7 +291,13 @@ class Config(_Strict):
     # Unclassified surfaces per kind: default deny, so they get the tightest budget.
     unclassified: dict[SurfaceKind, BudgetRule] = {}
     unclassified_spike: SpikeRule = SpikeRule()
+    # The sum over all surfaces of a kind, with its own baseline and budget (swarm detection).
+    aggregates: dict[SurfaceKind, AggregateRule] = {}
+    # Shorthand for unsigned generic webhooks; each becomes a notifications destination.
     webhooks: list[WebhookConfig] = []
+    notifications: NotificationsConfig = NotificationsConfig()
+    # The file this config was loaded from, so SIGHUP can read it again (None: not a file).
+    _source: str | None = PrivateAttr(None)
     heavy_hitters: int = Field(64, ge=1, le=10000)  # contributors remembered per surface
     # Classification cache entries: bounds memory under hostile destination churn.
     classify_cache: int = Field(65536, ge=16)
@@ -302,4 +374,6 @@ def load_config(path: str | Path | None) -> Config:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError([f"(yaml): {source} is not valid YAML: {exc}"]) from None
-    return config_from_dict(data)
+    config = config_from_dict(data)
+    config._source = None if path is None else str(path)
+    return config

@@ -178,6 +178,8 @@ class SurfaceView:
     budget_state: int
     contributors: list[tuple[str, int]]
     contributors_error: int
+    # Every budget horizon: (name, allowance bit/s, tolerance bits, excess bits).
+    budget_horizons: list[tuple[str, float, float, float]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -207,15 +209,28 @@ def take_snapshot(pipeline: Pipeline, now: float, top: int) -> Snapshot:
     from copy import copy
 
     surfaces = []
-    for key, s in pipeline.table.surfaces.items():
+    table = pipeline.table.surfaces
+    # Aggregate surfaces (the sum over a kind) have no table entry: their totals are sums.
+    rows = [(key, table[key].bytes_total, table[key].events_total, table[key]) for key in table]
+    for key, members in pipeline.detector.aggregates.items():
+        totals = [table[m] for m in members]
+        rows.append(
+            (
+                key,
+                sum(t.bytes_total for t in totals),
+                sum(t.events_total for t in totals),
+                None,
+            )
+        )
+    for key, bytes_total, events_total, s in rows:
         d = pipeline.detector.surfaces[key]
         f = d.figures
         surfaces.append(
             SurfaceView(
                 kind=key[0],
                 name=key[1],
-                bytes_total=s.bytes_total,
-                events_total=s.events_total,
+                bytes_total=bytes_total,
+                events_total=events_total,
                 rate=f.rate,
                 events_rate=f.events_rate,
                 baseline=f.baseline,
@@ -227,8 +242,9 @@ def take_snapshot(pipeline: Pipeline, now: float, top: int) -> Snapshot:
                 budget_tolerance=f.budget_tolerance,
                 spike_state=int(d.spike_alert.state),
                 budget_state=int(d.budget_alert.state),
-                contributors=s.hitters.top(top),
-                contributors_error=s.hitters.error,
+                contributors=s.hitters.top(top) if s is not None else [],
+                contributors_error=s.hitters.error if s is not None else 0,
+                budget_horizons=f.horizons,
             )
         )
     return Snapshot(

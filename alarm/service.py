@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import signal
+import sqlite3
 import time
 from collections import deque
 from collections.abc import Callable
@@ -23,13 +24,13 @@ from typing import Any
 from aiohttp import web
 
 from alarm.collectors.base import Batch, Collector
-from alarm.config import Config, SourceConfig
+from alarm.config import Config, ConfigError, SourceConfig, load_config
 from alarm.detector.alerts import AlertChange
 from alarm.pipeline import Pipeline, Snapshot, take_snapshot
 from alarm.records import KernelRecord
 from alarm.state import StateStore
 from exporters.http import HttpServer
-from exporters.webhook import WebhookNotifier
+from exporters.notify import Notifications
 
 log = logging.getLogger("capalarm")
 RECENT_CHANGES = 200
@@ -133,7 +134,9 @@ class Service:
             # One stats object per source, shared by the collector and the pipeline.
             self.pipeline.attach_source(src.name, collector.stats)
             self.collectors.append((src, collector))
-        self.notifiers = [WebhookNotifier(w, i) for i, w in enumerate(config.webhooks)]
+        # Durable delivery (exporters/notify.py); its channels are the notifier views.
+        self.notify = Notifications(config)
+        self.notifiers = self.notify.views
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_CHANGES)
         self.on_change = on_change
         self.http_port: int | None = None
@@ -152,7 +155,16 @@ class Service:
         t0 = time.thread_time()
         result = self.pipeline.close_tick(end)
         self.pipeline.last_tick_seconds = time.thread_time() - t0
-        self.store.save(self.pipeline.to_state())
+        # Notifications are written before the detector state that produced them: a crash
+        # between the two re-evaluates the tick and may notify twice, but never not at all.
+        self.notify.record(result.changes, end)
+        try:
+            self.store.save(self.pipeline.to_state())
+        except (sqlite3.Error, OSError) as exc:
+            # A full state directory must not stop the alarm: keep evaluating, say so loudly
+            # (the notifier raises an outbox_write_failed alert), save again next tick.
+            log.error("cannot save state to %s: %s", self.store.path, exc)
+            self.notify.storage_failed(exc)
         return result.changes
 
     async def snapshot(self) -> Snapshot:
@@ -204,8 +216,7 @@ class Service:
         if self.on_change:
             self.on_change(change)
         if change.state in ("firing", "resolved"):
-            for n in self.notifiers:
-                n.submit(payload)
+            self.notify.wake()  # already stored by _tick; the workers send it now
 
     def _ready(self) -> tuple[bool, str]:
         down = [src.name for src, c in self.collectors if not c.stats.up]
@@ -214,7 +225,13 @@ class Service:
         return True, ""
 
     async def _serve_http(self) -> None:
-        server = HttpServer(self.snapshot, self.notifiers, lambda: list(self.recent), self._ready)
+        server = HttpServer(
+            self.snapshot,
+            self.notifiers,
+            lambda: list(self.recent),
+            self._ready,
+            notifications=self.notify.api,
+        )
         runner = web.AppRunner(server.app, access_log=None)
         await runner.setup()
         host, port = self.config.http.host_port()
@@ -222,6 +239,7 @@ class Service:
         await site.start()
         sockets = site._server.sockets if site._server else []  # type: ignore[union-attr]
         self.http_port = sockets[0].getsockname()[1] if sockets else port
+        self.notify.set_status_page(f"http://{host}:{self.http_port}/")
         log.info("serving http://%s:%d/ (metrics at /metrics)", host, self.http_port)
         self.started.set()
         try:
@@ -236,8 +254,7 @@ class Service:
                 tg.create_task(self._ticker())
                 for src, collector in self.collectors:
                     tg.create_task(self._run_collector(src, collector))
-                for n in self.notifiers:
-                    tg.create_task(n.run())
+                tg.create_task(self.notify.run())
         finally:
             # Positions and counters of everything counted so far, in one transaction.
             with contextlib.suppress(Exception):
@@ -246,6 +263,27 @@ class Service:
                 )
             self.executor.shutdown(wait=True)
             self.store.close()
+            self.notify.close()
+
+    def reload(self, config: Config | None = None) -> bool:
+        """SIGHUP: read the config file again; if it validates, apply its notifications section
+        (destinations, routes, silences, secrets).  Other sections need a restart.  An invalid
+        config changes nothing and is reported problem by problem."""
+        source = self.config._source
+        try:
+            if config is None:
+                if source is None:
+                    log.warning("reload: the config was not loaded from a file; nothing to read")
+                    return False
+                config = load_config(source)
+            self.notify.reload(config)
+        except ConfigError as exc:
+            log.error("reload: configuration rejected, keeping the running one:")
+            for problem in exc.problems:
+                log.error("  %s", problem)
+            return False
+        log.info("reload: notifications applied from %s (other sections need a restart)", source)
+        return True
 
 
 async def run_until_signalled(service: Service) -> None:
@@ -254,5 +292,6 @@ async def run_until_signalled(service: Service) -> None:
     assert task is not None
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, task.cancel)
+    loop.add_signal_handler(signal.SIGHUP, service.reload)
     with contextlib.suppress(asyncio.CancelledError):
         await service.run()

@@ -88,7 +88,9 @@ class HttpServer:
         notifiers: Sequence[NotifierView],
         recent_changes: Callable[[], list[dict[str, Any]]],
         ready: Callable[[], tuple[bool, str]],
+        notifications: Callable[[], Awaitable[dict[str, Any]]] | None = None,
     ):
+        self._notifications = notifications
         self._snapshot = snapshot
         self._notifiers = notifiers
         self._recent = recent_changes
@@ -102,6 +104,7 @@ class HttpServer:
                 web.get("/readyz", self.readyz),
                 web.get("/api/v1/surfaces", self.surfaces),
                 web.get("/api/v1/alerts", self.alerts),
+                web.get("/api/v1/notifications", self.notifications),
             ]
         )
 
@@ -127,6 +130,12 @@ class HttpServer:
 
     async def alerts(self, _: web.Request) -> web.Response:
         return web.json_response({"changes": self._recent()})
+
+    async def notifications(self, _: web.Request) -> web.Response:
+        """Delivery state: per channel counters and queue, dead letters, silences, flapping."""
+        if self._notifications is None:
+            return web.json_response({"channels": [], "dead_letters": []})
+        return web.json_response(await self._notifications())
 
     async def index(self, _: web.Request) -> web.Response:
         snap = await self._snapshot()

@@ -27,6 +27,8 @@ class NotifierView:
     dropped: int
     queue_depth: int
     oldest_queued_age: float
+    dead_letters: int  # in the dead-letter table (durable outbox; 0 where there is none)
+    unpersisted: int  # held in memory because the outbox could not be written
 
 
 def _families(snap: Snapshot, notifiers: Sequence[NotifierView]) -> Iterable[Metric]:
@@ -94,6 +96,22 @@ def _families(snap: Snapshot, notifiers: Sequence[NotifierView]) -> Iterable[Met
         "budget_excess",
         bits,
     )
+    # Every budget horizon (1m, 1h, 1d by default); the three above are the first horizon's.
+    hl = [*sl, "horizon"]
+    for name, doc, index in (
+        (
+            "allowance_bytes_per_second",
+            "Capacity budget allowance k per horizon (x8 for bit/s).",
+            1,
+        ),
+        ("tolerance_bytes", "Capacity budget tolerance h per horizon (x8 for bits).", 2),
+        ("excess_bytes", "CUSUM above the allowance per horizon (x8 for bits).", 3),
+    ):
+        fam = GaugeMetricFamily(f"capalarm_surface_budget_horizon_{name}", doc, labels=hl)
+        for s in snap.surfaces:
+            for horizon in s.budget_horizons:
+                fam.add_metric([s.name, s.kind, horizon[0]], float(horizon[index]) * bits)
+        yield fam
 
     state = GaugeMetricFamily(
         "capalarm_alert_state",
@@ -156,11 +174,23 @@ def _families(snap: Snapshot, notifiers: Sequence[NotifierView]) -> Iterable[Met
         ("retried", "Delivery attempts retried.", "retried", CounterMetricFamily),
         (
             "dropped",
-            "Notifications dropped because the queue was full.",
+            "Notifications dropped: more held in memory than its bound while the outbox could not be written.",
             "dropped",
             CounterMetricFamily,
         ),
         ("queue_depth", "Notifications waiting.", "queue_depth", GaugeMetricFamily),
+        (
+            "dead_letters",
+            "Notifications in the dead-letter table: rejected, or undelivered past the maximum age.",
+            "dead_letters",
+            GaugeMetricFamily,
+        ),
+        (
+            "unpersisted",
+            "Notifications held in memory because the outbox could not be written (disk full).",
+            "unpersisted",
+            GaugeMetricFamily,
+        ),
         (
             "oldest_queued_age_seconds",
             "Age of the oldest waiting notification.",
@@ -170,7 +200,7 @@ def _families(snap: Snapshot, notifiers: Sequence[NotifierView]) -> Iterable[Met
     ):
         fam = fam_type(f"capalarm_notifier_{name}", doc, labels=nl)
         for n in notifiers:
-            fam.add_metric([n.name], getattr(n, attr))
+            fam.add_metric([n.name], getattr(n, attr, 0))
         yield fam
 
     yield CounterMetricFamily("capalarm_ticks", "Ticks evaluated.", value=snap.ticks)

@@ -1,110 +1,67 @@
-"""Webhook v1: POST each alert state change as JSON, in order, with retries.
+"""Generic webhook: the alert document as JSON, signed per Standard Webhooks.
 
-In-memory and bounded: a full queue drops the oldest notification and counts it.  Durable
-delivery (outbox in SQLite, signatures) replaces this in its own change; the seam is
-``Notifier.submit`` and ``Notifier.run``.
+Body, following the Standard Webhooks payload convention::
+
+    {"type": "alert.firing" | "alert.resolved",
+     "timestamp": "<ISO 8601 of this state change>",
+     "data": {...the alert document, see exporters/payload.py...}}
+
+``webhook-id`` is the notification's idempotency key (``msg_`` + 32 hex digits), the same on
+every attempt and after a restart; ``webhook-timestamp`` and ``webhook-signature`` are computed
+per attempt, so a notification queued through an outage still verifies against a receiver's
+five-minute tolerance.  A repeat of a firing alert is a new message (new id) with
+``data.repeat: true``.  With ``body: change`` (what the ``webhooks:`` shorthand uses) the body
+is the detector's change record as-is, the format those receivers already parse.
+
+Answers: 2xx delivered; 408, 429 and 5xx retried (Retry-After honoured); other 4xx is a
+rejection and goes to the dead-letter table.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
-import random
 import time
-from collections import deque
-from typing import Any
 
 import aiohttp
 
-from alarm import __version__
-from alarm.config import WebhookConfig
+from exporters.delivery import Outcome, classify
+from exporters.notify_config import WebhookDestination
+from exporters.outbox import Row
+from exporters.payload import LinkSet, alert_document, iso
+from exporters.signing import sign_headers
 
-log = logging.getLogger("capalarm.webhook")
+
+def webhook_body(row: Row, links: LinkSet, top: int, now: float, form: str = "standard") -> bytes:
+    change = row.body["change"]
+    if form == "change":
+        return json.dumps(change, separators=(",", ":"), default=str).encode()
+    doc = {
+        "type": f"alert.{change.get('state')}",
+        "timestamp": iso(float(change.get("at", now))),
+        "data": alert_document(row.body, row.idem_key, links, top, now),
+    }
+    return json.dumps(doc, separators=(",", ":"), default=str).encode()
 
 
-class WebhookNotifier:
-    def __init__(
-        self, cfg: WebhookConfig, index: int, base_backoff: float = 0.5, max_backoff: float = 30.0
-    ):
+class WebhookSender:
+    def __init__(self, cfg: WebhookDestination, links: LinkSet, keys: list[bytes], top: int):
         self.cfg = cfg
-        self.name = cfg.name or f"webhook{index}"
-        self._queue: deque[tuple[float, dict[str, Any]]] = deque()
-        self._wake = asyncio.Event()
-        self._base_backoff = base_backoff
-        self._max_backoff = max_backoff
-        self.sent = 0
-        self.failed = 0
-        self.retried = 0
-        self.dropped = 0
+        self.links = links
+        self._keys = keys  # decoded signing keys; never logged
+        self.top = top
 
-    # -- the view exporters/prometheus.py reads ---------------------------------------
-    @property
-    def queue_depth(self) -> int:
-        return len(self._queue)
+    def targets(self) -> list[tuple[str, str]]:
+        return [(self.cfg.name, self.cfg.url)]
 
-    @property
-    def oldest_queued_age(self) -> float:
-        return time.time() - self._queue[0][0] if self._queue else 0.0
-
-    def submit(self, payload: dict[str, Any]) -> None:
-        if len(self._queue) >= self.cfg.queue_size:
-            self._queue.popleft()
-            self.dropped += 1
-            log.error(
-                "%s: queue full (%d), dropped the oldest notification",
-                self.name,
-                self.cfg.queue_size,
-            )
-        self._queue.append((time.time(), payload))
-        self._wake.set()
-
-    async def run(self) -> None:
-        timeout = aiohttp.ClientTimeout(total=self.cfg.timeout)
+    async def send(
+        self, session: aiohttp.ClientSession, target: str, row: Row, now: float
+    ) -> Outcome:
+        body = webhook_body(row, self.links, self.top, now, self.cfg.body)
         headers = {
             "Content-Type": "application/json",
-            "User-Agent": f"capalarm/{__version__}",
             **self.cfg.headers,
+            **sign_headers(self._keys, f"msg_{row.idem_key}", int(time.time()), body),
         }
-        async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
-            while True:
-                if not self._queue:
-                    self._wake.clear()
-                    await self._wake.wait()
-                    continue
-                _, payload = self._queue[0]
-                delivered = await self._deliver(session, payload)
-                # Keep order: the head leaves the queue only once it is delivered or given up.
-                if self._queue and self._queue[0][1] is payload:
-                    self._queue.popleft()
-                if delivered:
-                    self.sent += 1
-                else:
-                    self.failed += 1
-
-    async def _deliver(self, session: aiohttp.ClientSession, payload: dict[str, Any]) -> bool:
-        body = json.dumps(payload, separators=(",", ":"), default=str).encode()
-        for attempt in range(self.cfg.max_retries + 1):
-            if attempt:
-                self.retried += 1
-                delay = min(self._max_backoff, self._base_backoff * 2 ** (attempt - 1))
-                await asyncio.sleep(delay * (0.5 + random.random() / 2))
-            try:
-                async with session.post(self.cfg.url, data=body) as resp:
-                    await resp.read()
-                    if 200 <= resp.status < 300:
-                        return True
-                    if 400 <= resp.status < 500 and resp.status not in (408, 429):
-                        log.error(
-                            "%s: receiver rejected the notification: HTTP %d",
-                            self.name,
-                            resp.status,
-                        )
-                        return False
-                    log.warning("%s: HTTP %d, will retry", self.name, resp.status)
-            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                log.warning("%s: delivery failed (%s), will retry", self.name, type(exc).__name__)
-        log.error(
-            "%s: gave up on a notification after %d attempts", self.name, self.cfg.max_retries + 1
-        )
-        return False
+        async with session.post(target, data=body, headers=headers) as resp:
+            text = await resp.text(errors="replace")
+            return classify(resp.status, resp.headers, text, time.time())

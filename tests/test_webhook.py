@@ -1,79 +1,47 @@
-"""Webhook v1 against a real HTTP receiver on loopback (aiohttp), including a receiver that
-fails before it recovers."""
+"""The ``webhooks:`` shorthand, now on the durable outbox: the v1 body (the change record), in
+order, with retries; a receiver that refuses or cannot be reached ends in the dead-letter
+table after ``max_retries``, counted — never dropped silently."""
 
-import asyncio
+from __future__ import annotations
 
-from aiohttp import web
+from tests.fakes.kit import change, record, running_notifications
+from tests.fakes.receiver import Receiver
+from tests.fakes.server import serve
+from tests.servicekit import wait_for
 
-from alarm.config import WebhookConfig
-from exporters.webhook import WebhookNotifier
-
-
-async def start_receiver(handler):
-    app = web.Application()
-    app.add_routes([web.post("/hook", handler)])
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    return runner, f"http://127.0.0.1:{port}/hook"
+FAST = {"outbox": {"base_backoff": "10ms", "max_backoff": "50ms"}}
 
 
-async def test_delivers_in_order_and_retries_through_failures():
-    got, calls = [], {"n": 0}
-
-    async def handler(request):
-        calls["n"] += 1
-        if calls["n"] <= 2:
-            return web.Response(status=503)
-        got.append(await request.json())
-        return web.Response(status=200)
-
-    runner, url = await start_receiver(handler)
-    n = WebhookNotifier(WebhookConfig(url=url, max_retries=5), 0, base_backoff=0.01)
-    task = asyncio.create_task(n.run())
-    try:
-        n.submit({"fingerprint": "f", "state": "firing"})
-        n.submit({"fingerprint": "f", "state": "resolved"})
-        for _ in range(200):
-            if len(got) == 2:
-                break
-            await asyncio.sleep(0.02)
-        assert [p["state"] for p in got] == ["firing", "resolved"]  # a resolve never overtakes
-        assert n.sent == 2 and n.retried == 2 and n.failed == 0 and n.queue_depth == 0
-    finally:
-        task.cancel()
-        await runner.cleanup()
+async def test_delivers_in_order_and_retries_through_failures(tmp_path):
+    rx = Receiver()
+    rx.fail_next(["500", "500"])
+    async with serve(rx.app()) as srv:
+        hooks = [{"url": f"{srv.base}/hook", "max_retries": 5}]
+        async with running_notifications(tmp_path, FAST, webhooks=hooks) as n:
+            await record(n, change(state="firing"))
+            await record(n, change(state="resolved"))
+            await wait_for(lambda: len(rx.received) == 2, timeout=10)
+            (ch,) = n.views
+            await wait_for(lambda: ch.queue_depth == 0, timeout=5)
+    # the v1 body: the detector's change record, as the demo and existing receivers parse it
+    assert [r.payload["state"] for r in rx.received] == ["firing", "resolved"]
+    assert rx.received[0].payload["surface"] == "registry-proxy"
+    assert rx.received[0].webhook_id.startswith("msg_")  # the idempotency key rides along
+    assert ch.name == "webhook0" and ch.sent == 2 and ch.retried == 2 and ch.failed == 0
 
 
-async def test_rejected_and_unreachable_are_counted_not_lost_silently():
-    async def handler(request):
-        return web.Response(status=400)
-
-    runner, url = await start_receiver(handler)
-    bad = WebhookNotifier(WebhookConfig(url=url, max_retries=3), 0, base_backoff=0.01)
-    down = WebhookNotifier(
-        WebhookConfig(url="http://127.0.0.1:9/hook", max_retries=2, timeout=1), 1, base_backoff=0.01
-    )
-    tasks = [asyncio.create_task(bad.run()), asyncio.create_task(down.run())]
-    try:
-        bad.submit({"state": "firing"})
-        down.submit({"state": "firing"})
-        for _ in range(200):
-            if bad.failed and down.failed:
-                break
-            await asyncio.sleep(0.02)
-        assert bad.failed == 1 and bad.retried == 0  # 4xx is not retried
-        assert down.failed == 1 and down.retried == 2
-    finally:
-        for t in tasks:
-            t.cancel()
-        await runner.cleanup()
-
-
-async def test_full_queue_drops_oldest_and_counts_it():
-    n = WebhookNotifier(WebhookConfig(url="http://127.0.0.1:9/x", queue_size=2), 0)
-    for i in range(5):
-        n.submit({"i": i})
-    assert n.dropped == 3 and n.queue_depth == 2
+async def test_rejected_and_unreachable_end_as_dead_letters(tmp_path):
+    rx = Receiver()
+    rx.fail_next(["4xx"] * 10)
+    async with serve(rx.app()) as srv:
+        hooks = [
+            {"url": f"{srv.base}/hook", "name": "bad", "max_retries": 3},
+            {"url": "http://127.0.0.1:9/hook", "name": "down", "max_retries": 2, "timeout": 1},
+        ]
+        async with running_notifications(tmp_path, FAST, webhooks=hooks) as n:
+            await record(n, change())
+            bad, down = n.views
+            await wait_for(lambda: bad.failed and down.failed, timeout=10)
+            assert bad.retried == 0 and rx.attempts == 1  # 4xx is not retried
+            assert down.retried == 2  # three attempts, then given up
+            await wait_for(lambda: bad.dead_letters == 1 and down.dead_letters == 1, timeout=5)

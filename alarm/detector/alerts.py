@@ -8,9 +8,12 @@ for ``resolve_hold`` seconds, so a value hovering at the threshold does not flap
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
+
+import numpy as np
 
 
 class AlertState(IntEnum):
@@ -136,3 +139,91 @@ class AlertMachine:
         self._pending_since = float(state.get("pending_since", 0.0))
         cs = state.get("clear_since")
         self._clear_since = None if cs is None else float(cs)
+
+
+class AlertBank:
+    """The same state machine as AlertMachine for many rows at once (numpy), one rule each.
+
+    ``step`` takes masks rather than values so that rules whose "clear" is not simply
+    value <= hysteresis x threshold (the multi-horizon budget) use it too.  Only rows that are
+    breached or not at rest are touched, so a quiet tick costs a couple of vector passes.
+    """
+
+    STATE = ("state", "started_at", "pending_since", "clear_since")
+
+    def __init__(self, targets: list[str], rule: str, hold: np.ndarray, resolve_hold: np.ndarray):
+        n = len(targets)
+        self.rule = rule
+        self.targets = targets
+        self.hold = np.asarray(hold, dtype=np.float64)
+        self.resolve_hold = np.asarray(resolve_hold, dtype=np.float64)
+        self.state = np.zeros(n, dtype=np.int8)
+        self.started_at = np.zeros(n)
+        self.pending_since = np.zeros(n)
+        self.clear_since = np.full(n, np.nan)  # NaN: not clearing
+
+    def nbytes(self) -> int:
+        return sum(getattr(self, name).nbytes for name in self.STATE)
+
+    def fingerprint(self, row: int) -> str:
+        return fingerprint(self.targets[row], self.rule)
+
+    def step(
+        self, now: float, tick: float, breached: np.ndarray, clear: np.ndarray
+    ) -> list[tuple[int, AlertState, AlertState]]:
+        """Advance every row one tick ending at ``now``; returns (row, previous, new) for each
+        row that changed (new is RESOLVED when a firing alert resolved)."""
+        rows = np.flatnonzero(breached | (self.state != AlertState.INACTIVE))
+        if rows.size == 0:
+            return []
+        st = self.state[rows]
+        br = breached[rows]
+        cl = clear[rows] & ~br
+        new = st.copy()
+        report = st.copy()
+
+        start = (st == AlertState.INACTIVE) & br
+        self.pending_since[rows[start]] = now - tick
+        self.started_at[rows[start]] = now - tick
+        held = now - self.pending_since[rows] >= self.hold[rows]
+        new[start] = np.where(held[start], AlertState.FIRING, AlertState.PENDING)
+
+        pending = st == AlertState.PENDING
+        new[pending & ~br] = AlertState.INACTIVE
+        new[pending & br & held] = AlertState.FIRING
+
+        firing = st == AlertState.FIRING
+        cs = self.clear_since[rows]
+        cs = np.where(firing & cl & np.isnan(cs), now - tick, cs)
+        cs = np.where(firing & ~cl, np.nan, cs)
+        resolved = firing & cl & (now - cs >= self.resolve_hold[rows])
+        cs[resolved] = np.nan
+        new[resolved] = AlertState.INACTIVE
+        self.clear_since[rows] = cs
+
+        report[:] = new
+        report[resolved] = AlertState.RESOLVED
+        self.state[rows] = new
+        changed = (new != st) | resolved
+        return [
+            (int(r), AlertState(int(p)), AlertState(int(q)))
+            for r, p, q in zip(rows[changed], st[changed], report[changed], strict=True)
+        ]
+
+    def row_state(self, row: int) -> dict:
+        cs = float(self.clear_since[row])
+        return {
+            "state": int(self.state[row]),
+            "started_at": float(self.started_at[row]),
+            "pending_since": float(self.pending_since[row]),
+            "clear_since": None if math.isnan(cs) else cs,
+        }
+
+    def load_row(self, row: int, saved: dict) -> None:
+        """Restore one row from an AlertMachine-shaped dict (v1 state)."""
+        state = int(saved.get("state", 0))
+        self.state[row] = state if state in (0, 1, 2) else 0
+        self.started_at[row] = float(saved.get("started_at", 0.0))
+        self.pending_since[row] = float(saved.get("pending_since", 0.0))
+        cs = saved.get("clear_since")
+        self.clear_since[row] = np.nan if cs is None else float(cs)

@@ -9,6 +9,8 @@ the first tick — no learning period excuses an open channel.
 
 from __future__ import annotations
 
+import numpy as np
+
 from alarm.config import BudgetRule
 
 
@@ -36,3 +38,66 @@ class CapacityBudget:
 
     def load_state(self, state: dict) -> None:
         self.excess = float(state.get("excess", 0.0))
+
+
+class BudgetBank:
+    """Capacity budgets of every row on every horizon at once: ``S[H, n]``.
+
+    Rows with fewer horizons than the widest are padded with an infinite allowance and
+    tolerance, which keeps their sum at 0 and their ratio at 0.  The alarm looks one tick
+    ahead: it fires when the sum would pass the tolerance on the next tick at the current
+    rate, so a steady leak is stopped before h bits above the allowance, not a tick after.
+    Only a rise sustained over two ticks is projected: a single legitimate burst is judged on
+    what it carried, not on what it would carry if it went on.
+    """
+
+    STATE = ("excess", "last_step")
+
+    def __init__(self, rules: list[BudgetRule]):
+        horizons = [_horizon_list(r) for r in rules]
+        width = max((len(h) for h in horizons), default=1)
+        n = len(rules)
+        self.names: list[list[str]] = [[name for name, _, _ in h] for h in horizons]
+        self.allowance = np.full((width, n), np.inf)
+        self.tolerance = np.full((width, n), np.inf)
+        for row, hs in enumerate(horizons):
+            for i, (_, k, h) in enumerate(hs):
+                self.allowance[i, row] = k
+                self.tolerance[i, row] = h
+        self.enabled = np.array([r.enabled for r in rules], dtype=bool)
+        self._inv_tolerance = 1.0 / self.tolerance  # 0 on padding
+        self.excess = np.zeros((width, n))
+        self.last_step = np.zeros((width, n))
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.allowance, self.tolerance, *self._state()))
+
+    def _state(self) -> tuple[np.ndarray, ...]:
+        return self.excess, self.last_step
+
+    def update(self, bits: np.ndarray, seconds: float) -> tuple[np.ndarray, np.ndarray]:
+        """Add one tick.  Returns (projected ratio, ratio): the largest S/h over the horizons
+        with and without the one-tick look-ahead."""
+        before = self.excess
+        after = before + bits
+        after -= self.allowance * seconds
+        np.maximum(after, 0.0, out=after)
+        step = after - before
+        ratio = after * self._inv_tolerance
+        projected = np.minimum(step, self.last_step)
+        np.maximum(projected, 0.0, out=projected)
+        projected += after
+        projected *= self._inv_tolerance
+        self.excess = after
+        self.last_step = step
+        return projected.max(axis=0), ratio.max(axis=0)
+
+    def binding(self, row: int) -> int:
+        """The horizon closest to (or furthest past) its tolerance."""
+        return int(np.argmax(self.excess[:, row] / self.tolerance[:, row]))
+
+
+def _horizon_list(rule: BudgetRule) -> list[tuple[str, float, float]]:
+    out = [(rule.horizon, rule.allowance_bits_per_second, rule.tolerance_bits)]
+    out += [(h.horizon, h.allowance_bits_per_second, h.tolerance_bits) for h in rule.horizons]
+    return out

@@ -1,171 +1,245 @@
-"""Detector: evaluates every surface and every source once per closed tick."""
+"""Detector: evaluates every surface (and every kind's aggregate) and every source once per
+closed tick.
+
+Surface state lives in numpy arrays, one row per surface (rows.py): the seasonal baseline
+(seasonal.py), the capacity budgets on every horizon (budget.py) and the two alert state
+machines (alerts.AlertBank).  A tick is a fixed number of vector passes whatever the number of
+surfaces; Python runs per surface only for the few rows whose alert state changes.  Views
+(views.py) give the per-surface objects the snapshot and the tests read.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from alarm.collectors.base import SourceStats
-from alarm.config import UNCLASSIFIED, Config, SpikeRule
-from alarm.detector.alerts import AlertChange, AlertMachine, AlertState
-from alarm.detector.baseline import RobustBaseline
-from alarm.detector.budget import CapacityBudget, capacity_bits
+from alarm.config import Config
+from alarm.detector import persist
+from alarm.detector.alerts import AlertBank, AlertChange, AlertMachine, AlertState
+from alarm.detector.budget import BudgetBank
+from alarm.detector.rows import AGGREGATE, plan_rows
+from alarm.detector.seasonal import SeasonalBaseline
+from alarm.detector.views import SurfaceFigures, SurfaceMap
 from alarm.surfaces import SurfaceKey, TickTotals
 
 # Source rules fire on any occurrence in a tick: a lost fence record is a blind spot and a
 # forged one is someone trying to hide or fake traffic.  They resolve after a quiet minute.
 SOURCE_RESOLVE_HOLD = 60.0
 SOURCE_RULES = ("records_lost", "forged_records", "source_down")
-
-
-@dataclass(slots=True)
-class SurfaceFigures:
-    rate: float = 0.0  # bytes/s over the last tick
-    events_rate: float = 0.0
-    baseline: float = 0.0
-    threshold: float = 0.0
-    baseline_ready: bool = False
-    capacity_bps: float = 0.0  # Lampson bound, bits/s over the last tick
-    budget_excess: float = 0.0
-    budget_allowance: float = 0.0
-    budget_tolerance: float = 0.0
-
-
-class SurfaceDetector:
-    __slots__ = (
-        "baseline",
-        "budget",
-        "budget_alert",
-        "figures",
-        "key",
-        "meta_bits",
-        "spike_alert",
-        "spike_rule",
-    )
-
-    def __init__(self, key: SurfaceKey, spike: SpikeRule, budget, meta_bits: float, tick: float):
-        self.key = key
-        target = f"{key[0]}/{key[1]}"
-        self.spike_rule = spike
-        self.baseline = RobustBaseline(spike, tick)
-        self.budget = CapacityBudget(budget)
-        self.meta_bits = meta_bits
-        self.spike_alert = AlertMachine(
-            target, "spike", spike.hold, spike.resolve_hold, spike.hysteresis
-        )
-        self.budget_alert = AlertMachine(
-            target, "budget", 0.0, budget.resolve_hold, budget.hysteresis
-        )
-        self.figures = SurfaceFigures(
-            budget_allowance=budget.allowance_bits_per_second,
-            budget_tolerance=budget.tolerance_bits,
-        )
-
+# An aggregate's alert names the members that wrote most in the tick, with their contributors.
+AGGREGATE_EVIDENCE_MEMBERS = 5
 
 Contributors = Callable[[SurfaceKey], list[tuple[str, int]]]
 
 
 class Detector:
     def __init__(self, config: Config, keys: list[SurfaceKey]):
+        plan = plan_rows(config, keys)
         self.tick = config.tick
-        by_name = {(s.kind, s.name): s for s in config.surfaces}
-        self.surfaces: dict[SurfaceKey, SurfaceDetector] = {}
-        for key in keys:
-            declared = by_name.get(key)
-            if declared is not None:
-                spike, budget, meta = (
-                    declared.spike,
-                    declared.effective_budget(),
-                    declared.meta_bits_per_event,
-                )
-            else:
-                assert key[1] == UNCLASSIFIED
-                spike = config.unclassified_spike
-                budget = config.unclassified_budget(key[0])
-                meta = 64.0
-            self.surfaces[key] = SurfaceDetector(key, spike, budget, meta, config.tick)
+        self.keys: list[SurfaceKey] = plan.keys
+        self.index: dict[SurfaceKey, int] = {k: i for i, k in enumerate(self.keys)}
+        self.members = plan.members
+        self._member_keys = list(keys)
+        self.targets = plan.targets
+        n = len(self.keys)
+
+        self.baseline = SeasonalBaseline(plan.spike, config.tick)
+        self.budget = BudgetBank(plan.budget)
+        self._meta = plan.meta_bits
+        self.spike_alerts = AlertBank(
+            self.targets,
+            "spike",
+            np.array([r.hold for r in plan.spike]),
+            np.array([r.resolve_hold for r in plan.spike]),
+        )
+        self._spike_hyst = np.array([r.hysteresis for r in plan.spike])
+        self.budget_alerts = AlertBank(
+            self.targets,
+            "budget",
+            np.zeros(n),
+            np.array([r.resolve_hold for r in plan.budget]),
+        )
+        self._budget_hyst = np.array([r.hysteresis for r in plan.budget])
+
+        # Member row -> its aggregate's index (or the dummy index len(aggregates)).
+        self.aggregates: dict[SurfaceKey, list[SurfaceKey]] = {}
+        self._agg_count = len(plan.aggregate_of)
+        self._agg_index = np.full(self.members, self._agg_count, dtype=np.int64)
+        for j, members in enumerate(plan.aggregate_of):
+            self._agg_index[members] = j
+            self.aggregates[self.keys[self.members + j]] = [self.keys[i] for i in members]
+
+        # Last tick's figures, per row.
+        self._rate = np.zeros(n)
+        self._events_rate = np.zeros(n)
+        self._capacity = np.zeros(n)
+        self._base = np.zeros(n)
+        self._threshold = np.zeros(n)
+        self._ready = np.zeros(n, dtype=bool)
+        self._bytes = np.zeros(n)
+
+        self.surfaces = SurfaceMap(self)
         self.source_alerts: dict[tuple[str, str], AlertMachine] = {}
         self._source_seen: dict[str, tuple[int, int]] = {}
 
+    # -- surfaces ----------------------------------------------------------------------
     def evaluate(
         self, now: float, tick: float, totals: list[TickTotals], contributors: Contributors
     ) -> list[AlertChange]:
+        n = self.members
+        if [t.key for t in totals] == self._member_keys:
+            nbytes = np.fromiter((t.bytes for t in totals), dtype=np.float64, count=n)
+            events = np.fromiter((t.events for t in totals), dtype=np.float64, count=n)
+        else:
+            nbytes = np.zeros(n)
+            events = np.zeros(n)
+            for t in totals:
+                i = self.index.get(t.key)
+                if i is not None and i < n:
+                    nbytes[i] += t.bytes
+                    events[i] += t.events
+        return self.evaluate_arrays(now, tick, nbytes, events, contributors)
+
+    def evaluate_arrays(
+        self,
+        now: float,
+        tick: float,
+        nbytes: np.ndarray,
+        events: np.ndarray,
+        contributors: Contributors,
+    ) -> list[AlertChange]:
+        """One tick for every row: ``nbytes``/``events`` are the members' tick totals in row
+        order (the order of ``keys`` given to the constructor)."""
+        n = self.members
+        member_bits = 8.0 * nbytes + self._meta[:n] * events
+        b, e, bits = nbytes, events, member_bits
+        if self._agg_count:
+            b = np.concatenate([nbytes, self._sum_by_aggregate(nbytes)])
+            e = np.concatenate([events, self._sum_by_aggregate(events)])
+            bits = np.concatenate([member_bits, self._sum_by_aggregate(member_bits)])
+        rate = b / tick
+        self._bytes = b
+        self._rate = rate
+        self._events_rate = e / tick
+        self._capacity = bits / tick
+
+        p = self.baseline.predict(now - tick)
+        self._base, self._threshold, self._ready = p.baseline, p.threshold, p.ready
+        spike_breach = rate > p.threshold
+        proj, ratio = self.budget.update(bits, tick)
+        budget_breach = self.budget.enabled & (proj > 1.0)
+        if self._agg_count:
+            # The aggregate alarms what no member alarms (a swarm), not a member's own spike
+            # or overrun a second time.
+            self._suppress_aggregates(spike_breach)
+            self._suppress_aggregates(budget_breach)
+
         changes: list[AlertChange] = []
-        for t in totals:
-            d = self.surfaces.get(t.key)
-            if d is None:
-                continue
-            f = d.figures
-            f.rate = t.bytes / tick
-            f.events_rate = t.events / tick
-            bits = capacity_bits(t.bytes, t.events, d.meta_bits)
-            f.capacity_bps = bits / tick
-            f.budget_excess = d.budget.update(bits, tick)
-
-            base = d.baseline
-            f.baseline_ready = base.ready
-            if d.spike_rule.enabled and base.ready:
-                threshold = base.threshold()
-                f.baseline, f.threshold = base.median, threshold
-                change = d.spike_alert.step(now, tick, f.rate, threshold)
-                if change:
-                    changes.append(
-                        self._surface_change(
-                            d, "spike", change, now, f.rate, threshold, contributors
-                        )
-                    )
-            base.learn(f.rate)
-            if not base.ready or not d.spike_rule.enabled:
-                f.baseline, f.threshold = base.median, base.threshold()
-
-            if d.budget.rule.enabled:
-                tol = d.budget.rule.tolerance_bits
-                change = d.budget_alert.step(now, tick, f.budget_excess, tol)
-                if change:
-                    changes.append(
-                        self._surface_change(
-                            d, "budget", change, now, f.budget_excess, tol, contributors
-                        )
-                    )
+        for row, prev, new in self.spike_alerts.step(
+            now, tick, spike_breach, rate <= p.threshold * self._spike_hyst
+        ):
+            changes.append(self._change(row, "spike", prev, new, now, contributors))
+        for row, prev, new in self.budget_alerts.step(
+            now, tick, budget_breach, ratio <= self._budget_hyst
+        ):
+            changes.append(self._change(row, "budget", prev, new, now, contributors))
+        self.baseline.learn(rate, p)
         return changes
 
-    def _surface_change(
+    def _sum_by_aggregate(self, values: np.ndarray) -> np.ndarray:
+        return np.bincount(self._agg_index, weights=values, minlength=self._agg_count + 1)[
+            : self._agg_count
+        ]
+
+    def _suppress_aggregates(self, breach: np.ndarray) -> None:
+        n = self.members
+        members_breached = self._sum_by_aggregate(breach[:n].astype(np.float64))
+        breach[n:] &= members_breached == 0
+
+    def figures_of(self, row: int) -> SurfaceFigures:
+        bank = self.budget
+        horizons = [
+            (
+                name,
+                float(bank.allowance[i, row]),
+                float(bank.tolerance[i, row]),
+                float(bank.excess[i, row]),
+            )
+            for i, name in enumerate(bank.names[row])
+        ]
+        _, k0, h0, s0 = horizons[0]
+        return SurfaceFigures(
+            rate=float(self._rate[row]),
+            events_rate=float(self._events_rate[row]),
+            baseline=float(self._base[row]),
+            threshold=float(self._threshold[row]) if self._ready[row] else 0.0,
+            baseline_ready=bool(self._ready[row]),
+            capacity_bps=float(self._capacity[row]),
+            budget_excess=s0,
+            budget_allowance=k0,
+            budget_tolerance=h0,
+            horizons=horizons,
+        )
+
+    def _change(
         self,
-        d: SurfaceDetector,
+        row: int,
         rule: str,
-        change: tuple[AlertState, AlertState],
+        prev: AlertState,
+        new: AlertState,
         now: float,
-        value: float,
-        threshold: float,
         contributors: Contributors,
     ) -> AlertChange:
-        prev, new = change
-        machine = d.spike_alert if rule == "spike" else d.budget_alert
-        f = d.figures
+        f = self.figures_of(row)
+        binding = self.budget.binding(row)
+        horizon, allow, tol, excess = f.horizons[binding]
         figures: dict[str, Any] = {
             "rate_bytes_per_second": f.rate,
             "events_per_second": f.events_rate,
             "baseline_bytes_per_second": f.baseline,
             "threshold_bytes_per_second": f.threshold,
             "capacity_bits_per_second": f.capacity_bps,
-            "budget_excess_bits": f.budget_excess,
-            "budget_allowance_bits_per_second": f.budget_allowance,
-            "budget_tolerance_bits": f.budget_tolerance,
+            # The horizon closest to its tolerance (the one that fired, for a budget alert).
+            "budget_excess_bits": excess,
+            "budget_allowance_bits_per_second": allow,
+            "budget_tolerance_bits": tol,
+            "budget_horizon": horizon,
+            "budget_horizons": {
+                name: {"allowance_bits_per_second": k, "tolerance_bits": h, "excess_bits": s}
+                for name, k, h, s in f.horizons
+            },
         }
-        kind, name = d.key
+        kind, name = self.keys[row]
+        aggregate = row >= self.members
+        if aggregate:
+            figures["members"] = len(self.aggregates[self.keys[row]])
         if rule == "spike":
+            value, threshold = f.rate, float(self._threshold[row])
             ratio = f.rate / f.baseline if f.baseline > 0 else float("inf")
-            what = f"wrote {f.rate:,.0f} B/s against a baseline of {f.baseline:,.0f} B/s (x{ratio:,.1f}; threshold {threshold:,.0f} B/s)"
-        else:
             what = (
-                f"carried {f.budget_excess:,.0f} bits above its allowance of "
-                f"{f.budget_allowance:,.0f} bit/s (tolerance {f.budget_tolerance:,.0f} bits)"
+                f"wrote {f.rate:,.0f} B/s against a baseline of {f.baseline:,.0f} B/s "
+                f"(x{ratio:,.1f}; threshold {threshold:,.0f} B/s)"
+            )
+        else:
+            value, threshold = excess, tol
+            what = (
+                f"carried {excess:,.0f} bits above its {horizon} allowance of {allow:,.0f} "
+                f"bit/s (tolerance {tol:,.0f} bits)"
             )
         state = _state_name(new)
-        summary = f"{kind} surface {name} {what}" + ("" if state != "resolved" else " — resolved")
+        bank = self.spike_alerts if rule == "spike" else self.budget_alerts
+        who = f"all {kind} surfaces" if aggregate else f"{kind} surface {name}"
+        summary = f"{who} {what}" + ("" if state != "resolved" else " — resolved")
+        evidence: list[tuple[str, int]] = []
+        if state != "resolved":
+            evidence = self._aggregate_evidence(row, contributors) if aggregate else []
+            if not aggregate:
+                evidence = contributors(self.keys[row])
         return AlertChange(
-            fingerprint=machine.fingerprint,
+            fingerprint=bank.fingerprint(row),
             target_type="surface",
             target=name,
             kind=kind,
@@ -173,14 +247,29 @@ class Detector:
             state=state,
             previous=_state_name(prev),
             at=now,
-            started_at=machine.started_at,
+            started_at=float(bank.started_at[row]),
             value=value,
             threshold=threshold,
             figures=figures,
-            contributors=contributors(d.key) if state != "resolved" else [],
+            contributors=evidence,
             summary=summary,
         )
 
+    def _aggregate_evidence(self, row: int, contributors: Contributors) -> list[tuple[str, int]]:
+        """The members that wrote most this tick, each with its own top contributors."""
+        members = np.flatnonzero(self._agg_index == row - self.members)
+        written = self._bytes[members]
+        top = members[np.argsort(-written, kind="stable")[:AGGREGATE_EVIDENCE_MEMBERS]]
+        out: list[tuple[str, int]] = []
+        for i in top:
+            if self._bytes[i] <= 0:
+                break
+            name = self.keys[i][1]
+            listed = contributors(self.keys[i])[:3]
+            out += [(f"{name}: {c}", b) for c, b in listed] or [(name, int(self._bytes[i]))]
+        return out
+
+    # -- sources -----------------------------------------------------------------------
     def attach_source(self, name: str, stats: SourceStats) -> None:
         """Start judging a source from its current (possibly restored) counts, so what was
         lost or forged before this process started is not alarmed again, and nothing that
@@ -239,40 +328,100 @@ class Detector:
 
     def firing(self) -> list[tuple[str, str, str]]:
         out = []
-        for d in self.surfaces.values():
-            for m in (d.spike_alert, d.budget_alert):
-                if m.state == AlertState.FIRING:
-                    out.append((m.target, m.rule, m.fingerprint))
+        for bank in (self.spike_alerts, self.budget_alerts):
+            for row in np.flatnonzero(bank.state == AlertState.FIRING):
+                out.append((bank.targets[row], bank.rule, bank.fingerprint(int(row))))
         for m in self.source_alerts.values():
             if m.state == AlertState.FIRING:
                 out.append((m.target, m.rule, m.fingerprint))
         return out
 
+    # -- state -------------------------------------------------------------------------
+    def _state_arrays(self) -> dict[str, np.ndarray]:
+        out = {f"baseline.{a}": getattr(self.baseline, a) for a in SeasonalBaseline.STATE}
+        out |= {f"budget.{a}": getattr(self.budget, a) for a in BudgetBank.STATE}
+        out |= {f"spike_alerts.{a}": getattr(self.spike_alerts, a) for a in AlertBank.STATE}
+        out |= {f"budget_alerts.{a}": getattr(self.budget_alerts, a) for a in AlertBank.STATE}
+        return out
+
+    def memory_bytes(self) -> int:
+        """Bytes of per-row state and figures (not counting Python objects)."""
+        figures = (
+            self._rate,
+            self._events_rate,
+            self._capacity,
+            self._base,
+            self._threshold,
+            self._ready,
+            self._bytes,
+        )
+        return (
+            self.baseline.nbytes()
+            + self.budget.nbytes()
+            + self.spike_alerts.nbytes()
+            + self.budget_alerts.nbytes()
+            + sum(a.nbytes for a in figures)
+        )
+
     def to_state(self) -> dict:
         return {
-            "surfaces": {
-                f"{k[0]}/{k[1]}": {
-                    "baseline": d.baseline.to_state(),
-                    "budget": d.budget.to_state(),
-                    "spike_alert": d.spike_alert.to_state(),
-                    "budget_alert": d.budget_alert.to_state(),
-                }
-                for k, d in self.surfaces.items()
-            },
+            "version": persist.VERSION,
+            "keys": self.targets,
+            "horizons": ["|".join(h) for h in self.budget.names],
+            "arrays": {name: persist.pack(a) for name, a in self._state_arrays().items()},
             "sources": {f"{n}/{r}": m.to_state() for (n, r), m in self.source_alerts.items()},
         }
 
     def load_state(self, state: dict) -> None:
-        for k, d in self.surfaces.items():
-            saved = state.get("surfaces", {}).get(f"{k[0]}/{k[1]}")
-            if not saved:
+        if not isinstance(state, dict):
+            return
+        if state.get("version") == persist.VERSION:
+            self._load_v2(state)
+        elif isinstance(state.get("surfaces"), dict):
+            self._load_v1(state["surfaces"])
+
+    def _load_v2(self, state: dict) -> None:
+        pairs = persist.match_rows(state.get("keys"), self.targets)
+        arrays = state.get("arrays")
+        if not isinstance(arrays, dict) or not pairs[0].size:
+            return
+        # Budget sums carry over only where the row's horizons are the same as when saved.
+        saved_h = state.get("horizons")
+        same = np.array(
+            [
+                isinstance(saved_h, list)
+                and j < len(saved_h)
+                and saved_h[j] == "|".join(self.budget.names[i])
+                for j, i in zip(*pairs, strict=True)
+            ],
+            dtype=bool,
+        )
+        budget_pairs = (pairs[0][same], pairs[1][same])
+        for name, target in self._state_arrays().items():
+            use = budget_pairs if name.startswith("budget.") else pairs
+            persist.restore_rows(target, persist.unpack(arrays.get(name)), use)
+
+    def _load_v1(self, surfaces: dict) -> None:
+        """State saved by detector v1: per-surface window, CUSUM and alert dicts."""
+        for row, target in enumerate(self.targets):
+            saved = surfaces.get(target)
+            if not isinstance(saved, dict):
                 continue
-            d.baseline.load_state(saved.get("baseline", {}))
-            d.budget.load_state(saved.get("budget", {}))
-            d.spike_alert.load_state(saved.get("spike_alert", {}))
-            d.budget_alert.load_state(saved.get("budget_alert", {}))
-            d.figures.budget_excess = d.budget.excess
+            try:
+                values = [float(v) for v in saved.get("baseline", {}).get("values", [])]
+                if values:
+                    self.baseline.seed(row, float(np.median(values)), len(values))
+                self.budget.excess[0, row] = max(
+                    0.0, float(saved.get("budget", {}).get("excess", 0.0))
+                )
+                self.spike_alerts.load_row(row, saved.get("spike_alert", {}))
+                self.budget_alerts.load_row(row, saved.get("budget_alert", {}))
+            except (TypeError, ValueError, AttributeError):
+                continue
 
 
 def _state_name(state: AlertState) -> str:
     return state.name.lower()
+
+
+__all__ = ["AGGREGATE", "SOURCE_RESOLVE_HOLD", "SOURCE_RULES", "Detector", "SurfaceFigures"]

@@ -1,0 +1,106 @@
+"""Which rows the detector evaluates, and with which rules.
+
+One row per surface the table declares, then one *aggregate* row per kind with at least
+``min_members`` surfaces: the sum over every surface of that kind, named ``(all)`` — a name no
+declared surface can take (names cannot hold parentheses), so it never collides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from alarm.config import (
+    DEFAULT_META_BITS_PER_EVENT,
+    UNCLASSIFIED,
+    AggregateRule,
+    BudgetRule,
+    Config,
+    SpikeRule,
+)
+from alarm.surfaces import SurfaceKey
+
+AGGREGATE = "(all)"
+
+
+@dataclass(slots=True)
+class RowPlan:
+    keys: list[SurfaceKey]  # members first, then aggregates
+    members: int  # rows [0, members) are table surfaces
+    spike: list[SpikeRule]
+    budget: list[BudgetRule]
+    meta_bits: np.ndarray
+    # For aggregate row members + j: the member rows it sums (as an index array).
+    aggregate_of: list[np.ndarray]
+
+    @property
+    def targets(self) -> list[str]:
+        return [f"{k}/{n}" for k, n in self.keys]
+
+
+def plan_rows(config: Config, keys: list[SurfaceKey]) -> RowPlan:
+    by_name = {(s.kind, s.name): s for s in config.surfaces}
+    spike: list[SpikeRule] = []
+    budget: list[BudgetRule] = []
+    meta: list[float] = []
+    for key in keys:
+        declared = by_name.get(key)
+        if declared is not None:
+            spike.append(declared.spike)
+            budget.append(declared.effective_budget())
+            meta.append(declared.meta_bits_per_event)
+        else:
+            assert key[1] == UNCLASSIFIED, key
+            spike.append(config.unclassified_spike)
+            budget.append(config.unclassified_budget(key[0]))
+            meta.append(DEFAULT_META_BITS_PER_EVENT)
+
+    rows = list(keys)
+    aggregate_of: list[np.ndarray] = []
+    for kind in sorted({k for k, _ in keys}):
+        rule = config.aggregates.get(kind) or AggregateRule()  # type: ignore[call-overload]
+        members = np.array([i for i, k in enumerate(keys) if k[0] == kind], dtype=np.int64)
+        if not rule.enabled or members.size < rule.min_members:
+            continue
+        rows.append((kind, AGGREGATE))
+        aggregate_of.append(members)
+        spike.append(rule.spike)
+        budget.append(rule.budget or derived_budget(rule, [budget[i] for i in members]))
+        meta.append(0.0)  # members' bits already include their metadata allowance
+    return RowPlan(rows, len(keys), spike, budget, np.array(meta), aggregate_of)
+
+
+def derived_budget(rule: AggregateRule, members: list[BudgetRule]) -> BudgetRule:
+    """``share`` x the members' summed allowance per horizon; the largest member tolerance.
+    Horizons are matched by name; a member without a horizon counts with its base."""
+    live = [m for m in members if m.enabled]
+    if not live:
+        return BudgetRule(enabled=False, allowance_bits_per_second=1.0, tolerance_bits=1.0)
+    names: list[str] = []
+    for m in live:
+        for name in (m.horizon, *(h.horizon for h in m.horizons)):
+            if name not in names:
+                names.append(name)
+
+    def of(m: BudgetRule, name: str) -> tuple[float, float]:
+        for h in m.horizons:
+            if h.horizon == name:
+                return h.allowance_bits_per_second, h.tolerance_bits
+        return m.allowance_bits_per_second, m.tolerance_bits
+
+    figures = []
+    for name in names:
+        pairs = [of(m, name) for m in live]
+        figures.append((name, rule.share * sum(k for k, _ in pairs), max(h for _, h in pairs)))
+    (base, k0, h0), *rest = figures
+    return BudgetRule(
+        allowance_bits_per_second=k0,
+        tolerance_bits=h0,
+        horizon=base,
+        horizons=[
+            {"horizon": n, "allowance_bits_per_second": k, "tolerance_bits": h}  # type: ignore[misc]
+            for n, k, h in rest
+        ],
+        resolve_hold=max(m.resolve_hold for m in live),
+    )

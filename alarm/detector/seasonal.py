@@ -1,0 +1,209 @@
+"""Seasonal robust baseline for spikes, evaluated for every surface at once (numpy).
+
+Each row (a surface) is judged in log-rate space, y = ln(1 + rate / unit): multiplicative noise
+and bursts become additive, and a mostly-zero surface stays near 0 instead of at -inf.  Per row:
+
+- a *recent* level: an exponentially weighted mean of y over ``history`` (the v1 window), used
+  until the seasonal profiles have history for the current slot;
+- a *daily* profile (96 slots of 15 min) and a *weekly* profile (168 hourly slots) of y, each
+  slot learned only while the clock is in it, as an 0.8-expectile (an upper-leaning mean).  The prediction is the highest ready profile
+  value among the current 15-min slot, its two neighbours (cron jitter, a nightly job that
+  spills over a slot edge) and the weekly hour: recurring legitimate bursts are learned,
+  a burst at a time that has never been busy is not;
+- a robust spread of the residual y - prediction: a streaming MAD (sign stochastic
+  approximation of the median absolute residual), falling back to the mean absolute residual
+  when the MAD collapses to 0, as it does on sparse, mostly-zero surfaces.
+
+Threshold (bytes/s) = max(min(pred * e^(z * spread), pred * max_ratio), pred * min_ratio,
+floor), with pred the predicted rate.  What is learned is clipped to the threshold, and every
+learned level may rise by at most ``max_learn_up`` per day (per week for the weekly profile),
+so neither a spike nor a patient attacker can walk the baseline up faster than that.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from alarm.config import SpikeRule
+
+DAY = 86400.0
+WEEK = 7 * DAY
+DAY_SLOT = 900.0  # 15 min
+DAY_SLOTS = int(DAY / DAY_SLOT)
+WEEK_SLOT = 3600.0
+WEEK_SLOTS = int(WEEK / WEEK_SLOT)
+# Unix time 0 was a Thursday; shift so that weekly slot 0 is Monday 00:00 UTC.
+WEEK_OFFSET = 3 * DAY
+
+MAD_TO_SD = 1.4826
+MEANAD_TO_SD = 1.2533
+MAD_EPS = 1e-3  # a MAD below this (0.1% in rate) counts as 0: use the mean deviation
+MAD_STEP = 0.02  # relative step of the streaming MAD
+SPREAD_MIN = 0.01
+# A profile averages over about this many occurrences of its slot (days, or weeks).
+PROFILE_MEMORY = 7.0
+PROFILE_EXPECTILE = 0.8
+
+
+@dataclass(slots=True, frozen=True)
+class Prediction:
+    """One tick's judgement for every row (all arrays of length n)."""
+
+    pred_y: np.ndarray
+    baseline: np.ndarray  # bytes/s
+    threshold: np.ndarray  # bytes/s; +inf where not judging
+    ready: np.ndarray  # bool
+    day_slot: int
+    week_slot: int
+
+
+class SeasonalBaseline:
+    """Rows are surfaces; every method works on all rows at once."""
+
+    # Arrays saved with the detector state (see persist.py), by name.
+    STATE = ("count", "recent", "mad", "meanad", "day", "day_n", "week", "week_n")
+
+    def __init__(self, rules: list[SpikeRule], tick: float):
+        n = len(rules)
+        self.tick = tick
+        f64 = np.float64
+        self.enabled = np.array([r.enabled for r in rules], dtype=bool)
+        self.z = np.array([r.z for r in rules], dtype=f64)
+        self.min_ratio = np.array([r.min_ratio for r in rules], dtype=f64)
+        self.max_ratio = np.array([r.max_ratio for r in rules], dtype=f64)
+        self.floor = np.array([r.floor_bytes_per_second for r in rules], dtype=f64)
+        # The unit of the log transform: well below the floor, so that rates that matter are in
+        # the log (ratio) regime, and rates of a few bytes/s stay close to 0.
+        self.unit = np.maximum(self.floor / 16.0, 1.0)
+        self.min_ticks = np.array(
+            [max(1, round(r.min_history / tick)) for r in rules], dtype=np.int64
+        )
+        self.alpha = np.array([min(1.0, tick / max(r.history, tick)) for r in rules], dtype=f64)
+        self.seasonal = np.array([r.seasonal for r in rules], dtype=bool)
+        log_up = np.array([math.log(r.max_learn_up) for r in rules], dtype=f64)
+        # Largest rise per update: the day's (week's) allowance spread over the updates a
+        # slot gets in a day (week).  The recent level is updated every tick.
+        self.rise_recent = log_up * tick / DAY
+        self.slot_ticks_day = max(1.0, DAY_SLOT / tick)
+        self.slot_ticks_week = max(1.0, WEEK_SLOT / tick)
+        self.rise_day = (log_up / self.slot_ticks_day).astype(np.float32)
+        self.rise_week = (log_up / self.slot_ticks_week).astype(np.float32)
+        self._unit32 = self.unit.astype(np.float32)
+        self._alpha32 = self.alpha.astype(np.float32)
+        self._rise_recent32 = self.rise_recent.astype(np.float32)
+
+        f32 = np.float32
+        self.count = np.zeros(n, dtype=np.int64)
+        self.recent = np.zeros(n, dtype=f32)
+        self.mad = np.zeros(n, dtype=f32)
+        self.meanad = np.zeros(n, dtype=f32)
+        # Slot-major, so that one slot's values for every row are contiguous.
+        self.day = np.zeros((DAY_SLOTS, n), dtype=f32)
+        self.day_n = np.zeros((DAY_SLOTS, n), dtype=np.uint16)
+        self.week = np.zeros((WEEK_SLOTS, n), dtype=f32)
+        self.week_n = np.zeros((WEEK_SLOTS, n), dtype=np.uint16)
+
+    @property
+    def rows(self) -> int:
+        return self.recent.shape[0]
+
+    def nbytes(self) -> int:
+        return sum(getattr(self, name).nbytes for name in self.STATE)
+
+    def _rate(self, y: np.ndarray) -> np.ndarray:
+        return self.unit * np.expm1(y)
+
+    def predict(self, start: float) -> Prediction:
+        """The baseline and threshold for the tick that began at ``start``."""
+        s = int((start % DAY) // DAY_SLOT)
+        w = int(((start + WEEK_OFFSET) % WEEK) // WEEK_SLOT)
+        need_d = self.slot_ticks_day
+        need_w = self.slot_ticks_week
+        seas = np.full(self.rows, -np.inf, dtype=np.float32)
+        for slot in ((s - 1) % DAY_SLOTS, s, (s + 1) % DAY_SLOTS):
+            ok = self.day_n[slot] >= need_d
+            np.maximum(seas, np.where(ok, self.day[slot], -np.inf), out=seas)
+        ok = self.week_n[w] >= need_w
+        np.maximum(seas, np.where(ok, self.week[w], -np.inf), out=seas)
+        use = self.seasonal & np.isfinite(seas)
+        pred_y = np.where(use, seas, self.recent).astype(np.float64)
+        spread = np.where(
+            self.mad > MAD_EPS, MAD_TO_SD * self.mad, MEANAD_TO_SD * self.meanad
+        ).astype(np.float64)
+        np.maximum(spread, SPREAD_MIN, out=spread)
+        base = self._rate(pred_y)
+        thr = self._rate(pred_y + self.z * spread)
+        np.minimum(thr, base * self.max_ratio, out=thr)
+        np.maximum(thr, base * self.min_ratio, out=thr)
+        np.maximum(thr, self.floor, out=thr)
+        ready = self.count >= self.min_ticks
+        judged = np.where(ready & self.enabled, thr, np.inf)
+        return Prediction(pred_y, base, judged, ready, s, w)
+
+    def learn(self, rate: np.ndarray, p: Prediction) -> None:
+        """Learn one tick's rates (bytes/s), clipped to the threshold they were judged by."""
+        # float32 throughout: log-rates need no more, and half the memory traffic is half
+        # the time at 100k rows.
+        f32 = np.float32
+        y = np.minimum(rate, p.threshold).astype(f32)
+        y /= self._unit32
+        np.log1p(y, out=y)
+        warm = ~p.ready  # still learning: no rise cap, running mean
+        n1 = (self.count + 1).astype(f32)
+
+        # Spread of the residual against what was predicted (before this tick is learned).
+        resid = y - p.pred_y.astype(f32)
+        np.abs(resid, out=resid)
+        a = np.maximum(f32(1.0) / n1, self._alpha32)
+        cap = np.maximum(MEANAD_TO_SD * self.meanad, f32(SPREAD_MIN))
+        cap *= f32(4.0)
+        cap += f32(1.0)
+        self.meanad += a * (np.minimum(resid, cap) - self.meanad)
+        step = np.maximum(f32(MAD_STEP), f32(2.0) / n1)
+        step *= np.maximum(self.mad, f32(0.05))
+        self.mad += np.where(resid > self.mad, step, -step)
+        np.maximum(self.mad, f32(0.0), out=self.mad)
+
+        # Recent level.
+        delta = a * (y - self.recent)
+        delta = np.where(warm, delta, np.minimum(delta, self._rise_recent32))
+        self.recent += delta
+
+        # Profiles: running mean over the first occurrence, then an average over about
+        # PROFILE_MEMORY occurrences, rising at most max_learn_up per occurrence.
+        self._learn_slot(self.day, self.day_n, p.day_slot, y, self.slot_ticks_day, self.rise_day)
+        self._learn_slot(
+            self.week, self.week_n, p.week_slot, y, self.slot_ticks_week, self.rise_week
+        )
+        self.count += 1
+
+    def _learn_slot(
+        self,
+        prof: np.ndarray,
+        counts: np.ndarray,
+        slot: int,
+        y: np.ndarray,
+        slot_ticks: float,
+        rise: np.ndarray,
+    ) -> None:
+        f32 = np.float32
+        c = counts[slot]
+        n = c.astype(f32)
+        a = np.maximum(f32(1.0) / (n + f32(1.0)), f32(1.0 / (PROFILE_MEMORY * slot_ticks)))
+        err = y - prof[slot]
+        # An expectile, not a mean: a job that fills two thirds of its slot every night sets
+        # the slot's level, instead of being averaged away with the quiet minutes around it.
+        below = f32((1.0 - PROFILE_EXPECTILE) / PROFILE_EXPECTILE)
+        a *= np.where(err > 0, f32(1.0), below)
+        a *= err
+        delta = np.where(n >= f32(slot_ticks), np.minimum(a, rise), a)
+        prof[slot] += delta
+        np.add(c, 1, out=c, where=c < 65535)
+
+    def seed(self, row: int, rate: float, samples: int) -> None:
+        """Start a row from a v1 saved window (its median rate over ``samples`` ticks)."""
+        self.recent[row] = np.log1p(max(rate, 0.0) / self.unit[row])
+        self.count[row] = samples

@@ -1,0 +1,100 @@
+"""Per-surface views over the detector's arrays: what the snapshot, the status API and the
+tests read (``detector.surfaces[key].figures``, ``.spike_alert.state``), built on access so
+that the arrays stay the only state."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from alarm.detector.alerts import AlertBank, AlertState
+from alarm.surfaces import SurfaceKey
+
+if TYPE_CHECKING:
+    from alarm.detector.engine import Detector
+
+
+@dataclass(slots=True)
+class SurfaceFigures:
+    rate: float = 0.0  # bytes/s over the last tick
+    events_rate: float = 0.0
+    baseline: float = 0.0
+    threshold: float = 0.0
+    baseline_ready: bool = False
+    capacity_bps: float = 0.0  # Lampson bound, bits/s over the last tick
+    budget_excess: float = 0.0  # base horizon
+    budget_allowance: float = 0.0
+    budget_tolerance: float = 0.0
+    # Every horizon: (name, allowance bit/s, tolerance bits, excess bits).
+    horizons: list[tuple[str, float, float, float]] = field(default_factory=list)
+
+
+class AlertView:
+    __slots__ = ("_bank", "_row")
+
+    def __init__(self, bank: AlertBank, row: int):
+        self._bank = bank
+        self._row = row
+
+    @property
+    def state(self) -> AlertState:
+        return AlertState(int(self._bank.state[self._row]))
+
+    @property
+    def started_at(self) -> float:
+        return float(self._bank.started_at[self._row])
+
+    @property
+    def rule(self) -> str:
+        return self._bank.rule
+
+    @property
+    def target(self) -> str:
+        return self._bank.targets[self._row]
+
+    @property
+    def fingerprint(self) -> str:
+        return self._bank.fingerprint(self._row)
+
+
+class SurfaceDetector:
+    """One row of the detector."""
+
+    __slots__ = ("_det", "key", "row")
+
+    def __init__(self, det: Detector, row: int):
+        self._det = det
+        self.row = row
+        self.key: SurfaceKey = det.keys[row]
+
+    @property
+    def figures(self) -> SurfaceFigures:
+        return self._det.figures_of(self.row)
+
+    @property
+    def spike_alert(self) -> AlertView:
+        return AlertView(self._det.spike_alerts, self.row)
+
+    @property
+    def budget_alert(self) -> AlertView:
+        return AlertView(self._det.budget_alerts, self.row)
+
+
+class SurfaceMap(Mapping[SurfaceKey, SurfaceDetector]):
+    """``detector.surfaces``: every row, members and aggregates, by key."""
+
+    def __init__(self, det: Detector):
+        self._det = det
+
+    def __getitem__(self, key: SurfaceKey) -> SurfaceDetector:
+        return SurfaceDetector(self._det, self._det.index[key])
+
+    def __iter__(self) -> Iterator[SurfaceKey]:
+        return iter(self._det.keys)
+
+    def __len__(self) -> int:
+        return len(self._det.keys)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._det.index

@@ -1,0 +1,193 @@
+"""capalarm on NAB: replay a NAB series as write events through `alarm.backtest.run_backtest`
+and turn the spike alerts it writes into per-row anomaly scores that NAB's scorer can judge.
+
+Mapping (documented in docs/nab.md):
+
+- one event per row: ts = the row's timestamp (UTC unix seconds), surface "s", events = 1,
+  bytes = round((value - shift) * scale).  shift = min(value) only when a series has negative
+  values (none in the volume subset), else 0, so that ratios to the baseline are the series'
+  own.  scale maps the mean of the probation rows (the first 15%, at most 750, which NAB does
+  not score) to REFERENCE_RATE bytes/s.  NAB values have no unit; this gives them one, fixed by
+  a rule, from rows that are not scored, so the floor can be set in the series' own terms:
+  ``SpikeSettings.floor`` is a fraction of that probation mean (0 = no floor).
+- tick = the series' step (median difference of timestamps), so that each row is one tick.
+- the capacity budget is disabled by a huge allowance: bits/s are meaningless for NAB's values.
+- a row's anomaly score is 0, except on the row whose tick an alert fires on: 1.0 in the
+  "binary" reading; 1 - threshold / value in the "graded" one, so that NAB's threshold sweep
+  can prefer strong firings over marginal ones.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from alarm.backtest import run_backtest
+from alarm.config import Config, config_from_dict
+from bench.nab.scorer import Series, probation_rows
+
+SURFACE = "s"
+# What the probation mean of every series becomes, in bytes/s: large enough that a thousandth
+# of it is still hundreds of bytes per tick, so integer rounding is negligible.
+REFERENCE_RATE = 1e6
+# An allowance no NAB series comes near: the budget rule never accumulates excess.
+NO_BUDGET = {"allowance_bits_per_second": 1e30, "tolerance_bits": 1e30}
+
+
+@dataclass(frozen=True, slots=True)
+class SpikeSettings:
+    """The spike rule's knobs for NAB; one set for every series (no per-series tuning)."""
+
+    z: float = 6.0
+    min_ratio: float = 3.0
+    history: float = 3600.0  # seconds
+    min_history: float = 3600.0
+    resolve_hold: float = 30.0
+    hysteresis: float = 0.8
+    floor: float = 0.0  # as a fraction of the series' probation mean (see module doc)
+
+    def rule(self) -> dict[str, float]:
+        return {
+            "z": self.z,
+            "min_ratio": self.min_ratio,
+            "floor_bytes_per_second": self.floor * REFERENCE_RATE,
+            "history": self.history,
+            "min_history": min(self.min_history, self.history),
+            "hold": 0.0,  # fire on the first breaching tick: NAB rewards early detection
+            "resolve_hold": self.resolve_hold,
+            "hysteresis": self.hysteresis,
+        }
+
+    def label(self) -> str:
+        return (
+            f"z={self.z:g} min_ratio={self.min_ratio:g} history={self.history / 3600:g}h "
+            f"min_history={min(self.min_history, self.history) / 3600:g}h "
+            f"resolve_hold={self.resolve_hold / 60:g}m hysteresis={self.hysteresis:g} "
+            f"floor={self.floor:g}x probation mean, hold=0"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Encoding:
+    tick: float
+    shift: float
+    scale: float
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesRun:
+    name: str
+    binary: np.ndarray  # per-row anomaly score, 1.0 where a spike alert fires
+    graded: np.ndarray  # per-row anomaly score, 1 - threshold/value where one fires
+    firings: int
+    tick: float
+    merged_rows: int  # rows that share a tick with an earlier row (their bytes add up)
+    seconds: float  # wall time of the backtest itself
+
+
+def series_tick(timestamps: np.ndarray) -> float:
+    steps = np.diff(timestamps)
+    steps = steps[steps > 0]
+    step = float(np.median(steps)) if steps.size else 300.0
+    return min(max(step, 1.0), 3600.0)  # capalarm's tick range
+
+
+def encode(series: Series) -> tuple[Encoding, np.ndarray]:
+    values = series.values
+    lowest = float(values.min())
+    shift = lowest if lowest < 0 else 0.0
+    shifted = values - shift
+    reference = float(shifted[: max(probation_rows(len(values)), 1)].mean())
+    if reference <= 0:  # a series silent through probation: fall back to the whole mean
+        reference = float(shifted.mean()) or 1.0
+    tick = series_tick(series.timestamps)
+    scale = REFERENCE_RATE * tick / reference
+    nbytes = np.rint(shifted * scale).astype(np.int64)
+    return Encoding(tick=tick, shift=shift, scale=scale), nbytes
+
+
+def write_events(series: Series, path: Path) -> Encoding:
+    enc, nbytes = encode(series)
+    with open(path, "w") as fh:
+        for ts, b in zip(series.timestamps.tolist(), nbytes.tolist(), strict=True):
+            fh.write(f'{{"ts":{ts},"surface":"{SURFACE}","bytes":{b},"events":1}}\n')
+    return enc
+
+
+def make_config(settings: SpikeSettings, tick: float) -> Config:
+    return config_from_dict(
+        {
+            "tick": tick,
+            "surfaces": [
+                {"name": SURFACE, "kind": "egress", "spike": settings.rule(), "budget": NO_BUDGET}
+            ],
+            "unclassified": {"egress": NO_BUDGET},
+        }
+    )
+
+
+def run_series(series: Series, settings: SpikeSettings) -> SeriesRun:
+    with tempfile.TemporaryDirectory(prefix="capalarm-nab-") as tmp:
+        events = Path(tmp) / "events.jsonl"
+        enc = write_events(series, events)
+        out = io.StringIO()
+        t0 = time.perf_counter()
+        run_backtest(make_config(settings, enc.tick), [str(events)], out, workers=1)
+        seconds = time.perf_counter() - t0
+
+    # The backtest buckets a row into tick int(ts // tick); an alert's "at" is its tick's end.
+    row_tick = (series.timestamps // enc.tick).astype(np.int64)
+    ticks, first_row = np.unique(row_tick, return_index=True)
+    row_of = dict(zip(ticks.tolist(), first_row.tolist(), strict=True))
+    binary = np.zeros(len(series.values))
+    graded = np.zeros(len(series.values))
+    firings = 0
+    for line in out.getvalue().splitlines():
+        change = json.loads(line)
+        if change.get("surface") != SURFACE or change.get("rule") != "spike":
+            continue
+        if change.get("state") != "firing":
+            continue
+        row = row_of.get(round(change["at"] / enc.tick) - 1)
+        if row is None:
+            continue  # a tick without a row cannot breach (its rate is 0); defensive
+        firings += 1
+        value, threshold = float(change["value"]), float(change["threshold"])
+        binary[row] = 1.0
+        graded[row] = 1.0 - threshold / value if value > 0 else 1.0
+    return SeriesRun(
+        name=series.name,
+        binary=binary,
+        graded=graded,
+        firings=firings,
+        tick=enc.tick,
+        merged_rows=int(len(row_tick) - ticks.size),
+        seconds=seconds,
+    )
+
+
+def _run_one(args: tuple[Series, SpikeSettings]) -> SeriesRun:
+    return run_series(*args)
+
+
+def run_many(
+    series: Iterable[Series], settings: SpikeSettings, workers: int = 2
+) -> dict[str, SeriesRun]:
+    """Every series through its own backtest; series run in parallel, one process each."""
+    jobs = [(s, settings) for s in series]
+    if workers <= 1:
+        return {r.name: r for r in map(_run_one, jobs)}
+    with ProcessPoolExecutor(workers) as pool:
+        return {r.name: r for r in pool.map(_run_one, jobs)}
+
+
+def scores_of(runs: Mapping[str, SeriesRun], graded: bool) -> dict[str, np.ndarray]:
+    return {n: (r.graded if graded else r.binary) for n, r in runs.items()}

@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""Figure: NAB.  Validates the scorer against NAB's published windowedGaussian scores (whole
+corpus, three profiles), then scores ARTime, numenta (HTM), twitterADVec, randomCutForest,
+windowedGaussian and capalarm on NAB's volume subset in one run.
+
+    python bench/nab/run.py [--workers 2] [--repeat 3]
+    python bench/nab/run.py --select     # re-pick capalarm's settings on corpus minus subset
+
+Floor (issue 4): subset, standard profile, capalarm above windowedGaussian; gap to ARTime.
+See docs/nab.md for the rules followed and every choice made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+REPO = Path(__file__).resolve().parents[2]
+if __package__ in (None, ""):
+    # Run as a script: make `bench.nab` importable from the repository root.
+    sys.path.insert(0, str(REPO))
+
+from bench.nab.capalarm_nab import (  # noqa: E402
+    SeriesRun,
+    SpikeSettings,
+    run_many,
+    scores_of,
+)
+from bench.nab.scorer import (  # noqa: E402
+    PROFILES,
+    VOLUME_SUBSET,
+    Benchmark,
+    ProfileResult,
+    evaluate,
+    load_benchmark,
+    load_published,
+)
+
+NAB = REPO.parent / "shared/data/nab"
+PEERS = ("ARTime", "numenta", "twitterADVec", "randomCutForest", "windowedGaussian")
+SHORT = {"standard": "standard", "reward_low_FP_rate": "low FP", "reward_low_FN_rate": "low FN"}
+
+# Picked by `--select` on the 41 labelled files outside the subset (standard profile, graded
+# scores; capalarm code sha256 b8946028c0ab): train 24.36, the best of the 30 in GRID; the
+# subset took no part.  Re-run --select after a detector change.
+CHOSEN = SpikeSettings(
+    z=9.0,
+    min_ratio=3.0,
+    history=86400.0,
+    min_history=6 * 3600.0,
+    resolve_hold=6 * 3600.0,
+    floor=1.0,
+)
+# Earlier passes (same training files, partly on an earlier detector): resolve_hold 5 min scored 0 in all 20 settings tried
+# (re-firing on every burst costs more than it finds); min_ratio 1.5 vs 3 and history 1 d vs
+# 3 d moved the training score by under 1.5 points; z 12 behaved like z 9.  Knobs the
+# detector gained meanwhile (max_ratio, seasonal, max_learn_up) stay at their defaults.
+GRID = {
+    "z": (6.0, 9.0),
+    "min_ratio": (3.0,),
+    "history": (86400.0,),
+    "resolve_hold": (2 * 3600.0, 6 * 3600.0, 24 * 3600.0),
+    "floor": (0.0, 0.25, 1.0, 2.0, 4.0),
+}
+
+T = TypeVar("T")
+
+# The code whose behaviour the capalarm rows measure; its hash is printed with the figures,
+# because the detector is still changing and a figure must say which version it is of.
+MEASURED = ("alarm/detector", "alarm/config.py", "alarm/pipeline.py", "alarm/backtest.py")
+
+
+def code_fingerprint() -> str:
+    h = hashlib.sha256()
+    for item in MEASURED:
+        path = REPO / item
+        for f in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            h.update(f.relative_to(REPO).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def timed(fn: Callable[[], T], repeat: int) -> tuple[T, float]:
+    """fn's result and the median of its wall times over ``repeat`` runs."""
+    times = []
+    result: T
+    for _ in range(max(1, repeat)):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+    return result, statistics.median(times)
+
+
+def validate(bench: Benchmark, repeat: int) -> bool:
+    names = list(bench.layouts)
+    scores = bench.detector_scores("windowedGaussian", names)
+    published = load_published(bench.root)["windowedGaussian"]
+    ours, seconds = timed(
+        lambda: evaluate(bench.layouts_for(names), scores, bench.profiles), repeat
+    )
+    ok = True
+    print(f"Validation: windowedGaussian, whole corpus ({len(names)} files, all 3 profiles)")
+    for p in PROFILES:
+        r = ours[p]
+        diff = r.score - published[p]
+        ok &= abs(diff) <= 0.5
+        print(
+            f"  {p:20s} ours {r.score:7.3f}   published {published[p]:7.3f}   "
+            f"diff {diff:+.2e}   threshold {r.threshold:g}   raw {r.raw:.4f}"
+        )
+    print(f"  within 0.5 points: {'yes' if ok else 'NO'}; scoring median {seconds:.3f} s")
+    return ok
+
+
+def row(name: str, results: dict[str, ProfileResult]) -> str:
+    std = results["standard"]
+    cells = "".join(f"{results[p].score:10.2f}" for p in PROFILES)
+    thr = "none" if std.threshold == float("inf") else f"{std.threshold:.4g}"
+    return (
+        f"  {name:28s}{cells}   {std.windows_detected:3d}/{std.windows:<3d}{std.fp_rows:8d}   {thr}"
+    )
+
+
+def header() -> str:
+    cols = "".join(f"{SHORT[p]:>10s}" for p in PROFILES)
+    return f"  {'detector':28s}{cols}   hit/win  FP rows   threshold (standard)"
+
+
+def capalarm_results(
+    bench: Benchmark, names: list[str], runs: dict[str, SeriesRun]
+) -> dict[str, dict[str, ProfileResult]]:
+    lay = bench.layouts_for(names)
+    return {
+        "graded": evaluate(lay, scores_of(runs, graded=True), bench.profiles),
+        "binary": evaluate(lay, scores_of(runs, graded=False), bench.profiles),
+    }
+
+
+def subset_table(bench: Benchmark, workers: int, repeat: int) -> None:
+    names = list(VOLUME_SUBSET)
+    lay = bench.layouts_for(names)
+    windows = sum(len(x.windows) for x in lay)
+    rows_total = sum(x.rows for x in lay)
+    print()
+    print(
+        f"NAB volume subset: {len(names)} files, {rows_total} rows, {windows} windows; "
+        "thresholds optimised per detector and profile on the subset; normalised with the "
+        "null and perfect detectors on the subset"
+    )
+    table: dict[str, dict[str, ProfileResult]] = {}
+    t0 = time.perf_counter()
+    for det in PEERS:
+        table[det] = evaluate(lay, bench.detector_scores(det, names), bench.profiles)
+    peers_seconds = time.perf_counter() - t0
+
+    runs, seconds = timed(
+        lambda: run_many((bench.series[n] for n in names), CHOSEN, workers), repeat
+    )
+    cap = capalarm_results(bench, names, runs)
+    table["capalarm (graded)"] = cap["graded"]
+    table["capalarm (binary)"] = cap["binary"]
+
+    print(header())
+    for name, results in sorted(table.items(), key=lambda kv: -kv[1]["standard"].score):
+        print(row(name, results))
+
+    per_series = statistics.median(r.seconds for r in runs.values())
+    merged = {n: r.merged_rows for n, r in runs.items() if r.merged_rows}
+    print()
+    print(f"capalarm settings (one set for all series): {CHOSEN.label()}")
+    print(f"capalarm code measured: sha256 {code_fingerprint()} of {', '.join(MEASURED)}")
+    print(
+        f"capalarm firings on the subset: {sum(r.firings for r in runs.values())}; "
+        f"rows sharing a tick with another row (bytes summed): {merged or 'none'}"
+    )
+    print(
+        f"timing: peers scored in {peers_seconds:.2f} s; capalarm backtests median "
+        f"{seconds:.1f} s for the subset ({workers} workers, median of {max(1, repeat)}), "
+        f"{per_series:.2f} s per series (median)"
+    )
+    cap_std = table["capalarm (graded)"]["standard"].score
+    wg_std = table["windowedGaussian"]["standard"].score
+    art_std = table["ARTime"]["standard"].score
+    verdict = "MET" if cap_std > wg_std else "NOT MET"
+    print(
+        f"floor (standard, subset): capalarm {cap_std:.2f} vs windowedGaussian {wg_std:.2f}: "
+        f"{verdict}; gap to ARTime {art_std - cap_std:.2f} points"
+    )
+
+
+def select(bench: Benchmark, workers: int) -> None:
+    """Grid over the spike settings; ranked on every labelled file outside the subset."""
+    subset = list(VOLUME_SUBSET)
+    train = [n for n in bench.layouts if n not in set(subset)]
+    names = train + subset
+    keys = list(GRID)
+    print(f"selection grid: {len(list(itertools.product(*GRID.values())))} settings")
+    print(f"  ranked on {len(train)} files outside the subset (standard, graded)")
+    print(f"  capalarm code: sha256 {code_fingerprint()} of {', '.join(MEASURED)}")
+    found = []
+    for values in itertools.product(*GRID.values()):
+        settings = SpikeSettings(**dict(zip(keys, values, strict=True)), min_history=6 * 3600.0)
+        t0 = time.perf_counter()
+        runs = run_many((bench.series[n] for n in names), settings, workers)
+        tr = capalarm_results(bench, train, {n: runs[n] for n in train})["graded"]["standard"]
+        te = capalarm_results(bench, subset, {n: runs[n] for n in subset})["graded"]["standard"]
+        found.append((tr.score, te.score, settings))
+        print(
+            f"  train {tr.score:7.2f}  subset {te.score:7.2f}  "
+            f"({time.perf_counter() - t0:.0f} s)  {settings.label()}",
+            flush=True,
+        )
+    found.sort(key=lambda f: -f[0])
+    best = found[0]
+    oracle = max(found, key=lambda f: f[1])
+    print(f"chosen on train: train {best[0]:.2f}, subset {best[1]:.2f}: {best[2]!r}")
+    print(f"best on the subset (optimistic, not used): subset {oracle[1]:.2f}: {oracle[2]!r}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workers", type=int, default=2, help="processes for capalarm backtests")
+    ap.add_argument("--repeat", type=int, default=1, help="timed repetitions (median reported)")
+    ap.add_argument("--select", action="store_true", help="re-run the settings selection")
+    args = ap.parse_args(argv)
+
+    t0 = time.perf_counter()
+    bench = load_benchmark(NAB)
+    print(f"loaded NAB corpus from {NAB} in {time.perf_counter() - t0:.2f} s")
+    if args.select:
+        select(bench, args.workers)
+        return 0
+    ok = validate(bench, args.repeat)
+    subset_table(bench, args.workers, args.repeat)
+    print(f"total {time.perf_counter() - t0:.1f} s")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Figure: spike onset to webhook received, end to end, in ticks and seconds.
+
+The whole service runs in-process on generated fence traffic (a steady 12 kB/s to a proxy
+surface), with ``--spikes`` bursts of 20x, each ``--gap`` seconds apart.  For each burst the
+clock starts when its first record is handed to the service and stops when a loopback
+receiver has the signed ``alert.firing`` webhook.  Anchor, in the same run: onset to the
+detector's own state change (the alert firing inside the service) — the part that ticks
+decide; what lies beyond it is the outbox and delivery.
+
+    python bench/onset_to_webhook.py [--tick 0.5] [--spikes 9] [--gap 9.17]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from aiohttp import web
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from alarm.collectors.base import Batch, SourceStats
+from alarm.collectors.synthetic import fence_line
+from alarm.config import config_from_dict
+from alarm.records import KernelRecord
+from alarm.service import Service
+
+SPIKE_FOR = 3.0
+STEP = 0.05  # the collector hands records over every 50 ms
+
+
+class BurstCollector:
+    """20 packets/s of 600 B, and 20x that during each burst; remembers each burst's onset."""
+
+    kind = "egress"
+
+    def __init__(self, name: str, bursts: list[float]):
+        self.name = name
+        self.stats = SourceStats()
+        self.bursts = bursts
+        self.onsets: dict[int, float] = {}  # burst index -> when its first record was handed over
+
+    async def run(self, emit) -> None:
+        self.stats.up = True
+        start = self.started = time.time()
+        carry, sport = 0.0, 40000
+        while True:
+            await asyncio.sleep(STEP)
+            now = time.time()
+            elapsed = now - start
+            burst = next((b for b in self.bursts if b <= elapsed < b + SPIKE_FOR), None)
+            pps = 400.0 if burst is not None else 20.0
+            carry += pps * STEP
+            count, carry = int(carry), carry - int(carry)
+            records = []
+            for _ in range(count):
+                sport = 40000 + (sport + 1) % 20000
+                line = fence_line("EGRESS_FENCE", "10.20.1.10", 443, "TCP", 600, sport)
+                records.append(KernelRecord(ts=now, message=line))
+            if burst is not None:
+                self.onsets.setdefault(self.bursts.index(burst), time.time())
+            if records:
+                self.stats.records_read += len(records)
+                await emit(Batch(records))
+
+
+async def run(tick: float, spikes: int, gap: float) -> tuple[list[float], list[float]]:
+    received: list[float] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        body = await request.json()
+        if body["type"] == "alert.firing" and body["data"]["rule"] == "spike":
+            received.append(time.time())
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.add_routes([web.post("/hook", hook)])
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    detected: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="capalarm-onset-") as tmp:
+        secret = Path(tmp) / "secret"
+        secret.write_text("whsec_" + base64.b64encode(os.urandom(32)).decode())
+        cfg = config_from_dict(
+            {
+                "tick": tick,
+                "state_dir": f"{tmp}/state",
+                "http": {"listen": "127.0.0.1:0"},
+                "sources": [{"name": "gen"}],
+                "surfaces": [
+                    {
+                        "name": "registry-proxy",
+                        "match": {"dst": ["10.20.0.0/16"], "dport": [443], "proto": ["tcp"]},
+                        "spike": {
+                            "history": "120s",
+                            "min_history": "5s",
+                            "resolve_hold": "1s",
+                            "floor_bytes_per_second": 2048,
+                        },
+                    }
+                ],
+                "notifications": {
+                    "destinations": [
+                        {
+                            "type": "webhook",
+                            "name": "pager",
+                            "url": f"http://127.0.0.1:{port}/hook",
+                            "secrets": [{"file": str(secret)}],
+                        }
+                    ],
+                    # Each burst fires and resolves: the flap damper would (rightly) hold back
+                    # the later ones; this bench measures delivery, so it is off.
+                    "flap": {"enabled": False},
+                },
+            }
+        )
+        collector = BurstCollector("gen", [8.0 + i * gap for i in range(spikes)])
+
+        def on_change(change) -> None:
+            if change.rule == "spike" and change.state == "firing":
+                detected.append(time.time())
+
+        service = Service(cfg, collectors=[(cfg.sources[0], collector)], on_change=on_change)
+        task = asyncio.create_task(service.run())
+        end = 8.0 + spikes * gap + 2
+        await asyncio.sleep(end)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    await runner.cleanup()
+
+    def after(events: list[float], onset: float) -> float | None:
+        return next((e - onset for e in events if e >= onset), None)
+
+    onsets = [collector.onsets[i] for i in sorted(collector.onsets)]
+    detect = [after(detected, o) for o in onsets]
+    hook_lat = [after(received, o) for o in onsets]
+    return [d for d in detect if d is not None], [h for h in hook_lat if h is not None]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tick", type=float, default=0.5)
+    ap.add_argument("--spikes", type=int, default=9)
+    # Not a multiple of the tick: each burst starts at another phase of its tick.
+    ap.add_argument("--gap", type=float, default=9.17)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+    detect, hook = asyncio.run(run(args.tick, args.spikes, args.gap))
+    if not hook:
+        print("no spike was delivered", file=sys.stderr)
+        return 1
+    for i, (d, h) in enumerate(zip(detect, hook, strict=False)):
+        print(f"spike {i + 1}: detected after {d:.3f}s, webhook received after {h:.3f}s")
+    d, h = statistics.median(detect), statistics.median(hook)
+    print(f"\nonset to webhook, median of {len(hook)} spikes, tick {args.tick:g}s")
+    print(f"  figure  onset -> webhook received     {h:6.3f} s = {h / args.tick:5.2f} ticks")
+    print(f"  anchor  onset -> detector fires       {d:6.3f} s = {d / args.tick:5.2f} ticks")
+    extra = statistics.median(x - y for x, y in zip(hook, detect, strict=False))
+    print(f"  outbox + signing + delivery (median)  {extra:6.3f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,418 @@
+"""Delivery: one worker per channel takes due rows from the outbox, sends them, and settles
+each one — delivered (deleted), retried later (backoff with jitter, or the receiver's
+Retry-After), or dead-lettered (rejected, too many attempts, or older than the maximum age).
+
+Order is kept per alert: a worker never has two rows of the same order key in flight, and the
+outbox only offers the oldest row of each key.  Different alerts go out in parallel, up to the
+destination's ``concurrency``, so a backlog drains at the receiver's pace, not one round trip
+at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import logging
+import random
+import sqlite3
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import aiohttp
+
+from alarm import __version__
+from exporters.notify_config import OutboxConfig
+from exporters.outbox import Outbox, Row, Settle
+
+log = logging.getLogger("capalarm.notify")
+
+USER_AGENT = f"capalarm/{__version__}"
+MAX_RETRY_AFTER = 3600.0
+WARN_EVERY = 30.0  # seconds between retry warnings of one channel
+NETWORK_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+
+
+@dataclass(slots=True, frozen=True)
+class Outcome:
+    ok: bool
+    retry: bool = False
+    reason: str = ""
+    retry_after: float | None = None
+
+
+DELIVERED = Outcome(ok=True)
+
+
+def retry(reason: str, after: float | None = None) -> Outcome:
+    return Outcome(ok=False, retry=True, reason=reason, retry_after=after)
+
+
+def reject(reason: str) -> Outcome:
+    return Outcome(ok=False, retry=False, reason=reason)
+
+
+def retry_after(value: str | None, now: float) -> float | None:
+    """Retry-After as delay-seconds or an HTTP date (RFC 9110 10.2.3), bounded."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return min(float(value), MAX_RETRY_AFTER)
+    try:
+        when = email.utils.parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError):
+        return None
+    return min(max(0.0, when - now), MAX_RETRY_AFTER)
+
+
+def classify(status: int, headers: Mapping[str, str], body: str, now: float) -> Outcome:
+    """The common reading of an HTTP answer: 2xx delivered; 408, 429 and 5xx retried (after
+    Retry-After when given); any other 4xx is the receiver refusing this notification, which
+    sending it again would not change."""
+    snippet = body[:200].replace("\n", " ")
+    if 200 <= status < 300:
+        return DELIVERED
+    if status in (408, 429) or status >= 500:
+        return retry(
+            f"HTTP {status} {snippet}".strip(), retry_after(headers.get("Retry-After"), now)
+        )
+    return reject(f"HTTP {status} {snippet}".strip())
+
+
+def backoff(attempt: int, cfg: OutboxConfig, rng: random.Random) -> float:
+    """Exponential, capped, with 'equal jitter': half fixed, half random, so retries of many
+    rows after an outage spread out instead of arriving together."""
+    delay = min(cfg.max_backoff, cfg.base_backoff * 2 ** max(0, attempt - 1))
+    return delay / 2 + rng.uniform(0, delay / 2)
+
+
+class Sender(Protocol):
+    """A destination's protocol: render a row for one target URL and send it."""
+
+    async def send(
+        self, session: aiohttp.ClientSession, target: str, row: Row, now: float
+    ) -> Outcome: ...
+
+
+@dataclass(slots=True)
+class Channel:
+    """One queue of one destination; also the NotifierView that exporters/prometheus.py and
+    /api/v1/notifications read."""
+
+    name: str
+    destination: str
+    type: str
+    target: str  # for display: a URL, or where the secret URL comes from
+    stats: Any = None  # () -> dict[str, ChannelStats]: cached outbox figures
+    sent: int = 0
+    failed: int = 0
+    retried: int = 0
+    dropped: int = 0
+    unpersisted: int = 0  # rows held in memory because the outbox could not be written
+
+    def _figures(self) -> Any:
+        return self.stats().get(self.name) if self.stats else None
+
+    @property
+    def queue_depth(self) -> int:
+        f = self._figures()
+        return (f.depth if f else 0) + self.unpersisted
+
+    @property
+    def oldest_queued_age(self) -> float:
+        f = self._figures()
+        return time.time() - f.oldest_created if f and f.oldest_created else 0.0
+
+    @property
+    def dead_letters(self) -> int:
+        f = self._figures()
+        return f.dead if f else 0
+
+
+@dataclass(slots=True)
+class MemoryRows:
+    """Rows that could not be written (disk full), sent from memory meanwhile."""
+
+    rows: list[Row] = field(default_factory=list)
+    next_at: dict[int, float] = field(default_factory=dict)
+    attempts: dict[int, int] = field(default_factory=dict)
+    delivered: set[str] = field(default_factory=set)  # idempotency keys
+    ids: dict[str, int] = field(default_factory=dict)  # idempotency key -> stable negative id
+
+    def replace(self, rows: list[Row]) -> None:
+        """The rows to hold now (decided again at every failed write); a row keeps its id,
+        attempts and backoff across replacements, and one delivered is not held again."""
+        held = []
+        for r in rows:
+            if r.idem_key in self.delivered:
+                continue
+            rid = self.ids.setdefault(r.idem_key, -(len(self.ids) + 1))
+            held.append(Row(rid, r.channel, r.order_key, r.idem_key, r.event, r.created, 0, r.body))
+            self.next_at.setdefault(rid, 0.0)
+        self.rows = held  # one assignment: the event loop reads it from another thread
+
+    def remove(self, row: Row) -> None:
+        self.rows = [r for r in self.rows if r.idem_key != row.idem_key]
+        self.next_at.pop(row.id, None)
+
+    def clear(self) -> None:
+        """Everything held is stored now."""
+        self.rows = []
+        self.next_at.clear()
+        self.attempts.clear()
+        self.ids.clear()
+
+
+class ChannelWorker:
+    def __init__(
+        self,
+        channel: Channel,
+        sender: Sender,
+        target: str,
+        outbox: Outbox,
+        cfg: OutboxConfig,
+        *,
+        timeout: float,
+        concurrency: int,
+        max_attempts: int | None,
+        memory: MemoryRows,
+        seed: int | None = None,
+    ):
+        self.channel = channel
+        self.sender = sender
+        self.target = target
+        self.outbox = outbox
+        self.cfg = cfg
+        self.timeout = timeout
+        self.concurrency = concurrency
+        self.max_attempts = max_attempts
+        self.memory = memory
+        self._rng = random.Random(seed)
+        self._wake = asyncio.Event()
+        # Rows claimed ahead, so that a backlog costs one query per batch, not per send.  Safe:
+        # a claimed row is the oldest of its alert and stays so until this worker settles it.
+        self._buffer: deque[Row] = deque()
+        self._prefetch = max(64, 4 * concurrency)
+        # Outcomes are written in batches, one transaction per batch, by one task at a time:
+        # a round trip to the database thread per send would cost more than the send.
+        self._ops: list[Settle] = []
+        self._settling: dict[int, str] = {}  # row id -> order key, until its outcome commits
+        self._unacked: set[int] = set()  # delivered, but the delete did not commit (disk full)
+        self._flush: asyncio.Task[None] | None = None
+        self._last_warning = 0.0
+        self._quiet = 0  # retry lines not logged since the last one
+        # Failures since the last success, and whether any was the receiver asking us to slow
+        # down: when it answers again after an outage, what waits in backoff is sent now.
+        self._failing = False
+        self._throttled = False
+        self._expediting: asyncio.Task[None] | None = None
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=self.timeout)
+        connector = aiohttp.TCPConnector(limit=self.concurrency)
+        inflight: dict[asyncio.Task[None], Row] = {}
+        async with aiohttp.ClientSession(
+            timeout=timeout, connector=connector, headers={"User-Agent": USER_AGENT}
+        ) as session:
+            try:
+                while True:
+                    self._wake.clear()
+                    self._start_flush()
+                    free = self.concurrency - len(inflight)
+                    if free > 0:
+                        busy = {r.order_key for r in inflight.values()}
+                        busy.update(self._settling.values())
+                        for row in await self._claim(free, busy):
+                            task = asyncio.create_task(self._deliver(session, row))
+                            inflight[task] = row
+                    waiter = asyncio.ensure_future(self._wake.wait())
+                    delay = await self._idle_delay() if len(inflight) < self.concurrency else None
+                    done, _ = await asyncio.wait(
+                        {waiter, *inflight}, timeout=delay, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    waiter.cancel()
+                    for task in done:
+                        inflight.pop(task, None)  # type: ignore[call-overload]
+            finally:
+                for task in inflight:
+                    task.cancel()
+                await asyncio.gather(*inflight, return_exceptions=True)
+                # Best effort: what was delivered is deleted now rather than sent again later.
+                if self._flush is not None:
+                    await asyncio.gather(self._flush, return_exceptions=True)
+                if self._ops:
+                    with contextlib.suppress(sqlite3.Error):
+                        self.outbox.settle(self._ops)
+
+    async def _idle_delay(self) -> float:
+        now = time.time()
+        try:
+            due = await self.outbox.call(self.outbox.next_due, self.channel.name)
+        except sqlite3.Error:
+            due = None
+        mem = min(list(self.memory.next_at.values()), default=None)
+        candidates = [d for d in (due, mem) if d is not None]
+        if not candidates:
+            return 1.0
+        return min(1.0, max(0.005, min(candidates) - now))
+
+    async def _claim(self, free: int, busy: set[str]) -> list[Row]:
+        now = time.time()
+        if not self._buffer:
+            try:
+                claimed = await self.outbox.call(
+                    self.outbox.claim, self.channel.name, now, self._prefetch, busy
+                )
+            except sqlite3.Error as exc:
+                log.error("%s: cannot read the outbox: %s", self.channel.name, exc)
+                claimed = []
+            skip = self._unacked | self._settling.keys()
+            self._buffer.extend(r for r in claimed if r.id not in skip)
+        rows: list[Row] = []
+        while self._buffer and len(rows) < free:
+            rows.append(self._buffer.popleft())
+        busy |= {r.order_key for r in rows}
+        for r in list(self.memory.rows):
+            if len(rows) >= free:
+                break
+            if r.order_key in busy or self.memory.next_at.get(r.id, 0.0) > now:
+                continue
+            busy.add(r.order_key)  # one per key, oldest first; and never ahead of stored rows
+            if await self.outbox.call(self.outbox.has_pending, self.channel.name, r.order_key):
+                continue
+            rows.append(r)
+        return rows
+
+    async def _deliver(self, session: aiohttp.ClientSession, row: Row) -> None:
+        try:
+            outcome = await self.sender.send(session, self.target, row, time.time())
+        except NETWORK_ERRORS as exc:
+            outcome = retry(f"{type(exc).__name__}: {exc}".strip(": "))
+        except ValueError as exc:  # a garbage answer that did not parse
+            outcome = retry(f"bad answer: {exc}")
+        except Exception as exc:  # a bug rendering this row: keep it visible, not looping
+            log.exception("%s: cannot send %s", self.channel.name, row.idem_key)
+            outcome = reject(f"internal error: {type(exc).__name__}: {exc}")
+        now = time.time()
+        if outcome.ok and self._failing:
+            self._failing = False
+            if not self._throttled:
+                self._expediting = asyncio.create_task(self._expedite(now))
+            self._throttled = False
+        elif not outcome.ok and outcome.retry:
+            self._failing = True
+            self._throttled |= outcome.retry_after is not None or "HTTP 429" in outcome.reason
+        op = self._settle(row, outcome, now)
+        if op is not None:
+            self._ops.append(op)
+            self._settling[row.id] = row.order_key
+        self._wake.set()
+
+    async def _expedite(self, now: float) -> None:
+        """The receiver is back: rows in backoff need not wait out their timers (not after a
+        429 or Retry-After, which asked for the wait)."""
+        try:
+            n = await self.outbox.call(self.outbox.expedite, self.channel.name, now)
+        except sqlite3.Error:
+            return
+        if n:
+            log.info(
+                "%s: receiver answers again; %d queued notifications sent now", self.channel.name, n
+            )
+            self._wake.set()
+
+    def _start_flush(self) -> None:
+        if self._flush is not None and not self._flush.done():
+            return
+        for row_id in self._unacked:
+            self._ops.append(Settle("ack", row_id))
+            self._settling.setdefault(row_id, "")
+        self._unacked.clear()
+        if self._ops:
+            ops, self._ops = self._ops, []
+            self._flush = asyncio.create_task(self._apply(ops))
+
+    async def _apply(self, ops: list[Settle]) -> None:
+        try:
+            await self.outbox.call(self.outbox.settle, ops)
+        except sqlite3.Error as exc:
+            log.error(
+                "%s: cannot record %d delivery outcomes: %s", self.channel.name, len(ops), exc
+            )
+            # Delivered rows must not go out again from this process: retry their deletes.
+            # A failed retry or dead-letter leaves the row due, so it is simply tried again.
+            self._unacked.update(op.row_id for op in ops if op.kind == "ack")
+        finally:
+            for op in ops:
+                self._settling.pop(op.row_id, None)
+            self._wake.set()
+
+    def _settle(self, row: Row, outcome: Outcome, now: float) -> Settle | None:
+        """Count and log an outcome; return what to write (None: a row held in memory)."""
+        ch = self.channel
+        in_memory = row.id < 0
+        if outcome.ok:
+            ch.sent += 1
+            if in_memory:
+                self.memory.delivered.add(row.idem_key)
+                self.memory.remove(row)
+                return None
+            return Settle("ack", row.id)
+        attempts = (self.memory.attempts.get(row.id, 0) if in_memory else row.attempts) + 1
+        age = now - row.created
+        give_up = None
+        if not outcome.retry:
+            give_up = f"rejected: {outcome.reason}"
+        elif age >= self.cfg.max_age:
+            give_up = f"undelivered after {attempts} attempts over {age:,.0f}s: {outcome.reason}"
+        elif self.max_attempts is not None and attempts >= self.max_attempts:
+            give_up = f"gave up after {attempts} attempts: {outcome.reason}"
+        if give_up:
+            ch.failed += 1
+            log.error(
+                "%s: dead letter %s (%s %s/%s): %s",
+                ch.name,
+                row.idem_key,
+                row.event,
+                row.body.get("change", {}).get("rule"),
+                row.order_key,
+                give_up,
+            )
+            if in_memory:
+                self.memory.remove(row)
+                return None
+            return Settle("dead", row.id, now, give_up)
+        ch.retried += 1
+        delay = backoff(attempts, self.cfg, self._rng)
+        if outcome.retry_after is not None:
+            delay = max(delay, outcome.retry_after)
+        # At most one line per channel per WARN_EVERY: an outage with a backlog of thousands
+        # must not bury the log (the metrics count every retry).
+        if now - self._last_warning >= WARN_EVERY:
+            more = (
+                f" ({self._quiet} more failed attempts since the last line)" if self._quiet else ""
+            )
+            log.warning(
+                "%s: attempt %d of %s failed (%s); next in %.1fs%s",
+                ch.name,
+                attempts,
+                row.idem_key,
+                outcome.reason,
+                delay,
+                more,
+            )
+            self._last_warning, self._quiet = now, 0
+        else:
+            self._quiet += 1
+        if in_memory:
+            self.memory.attempts[row.id] = attempts
+            self.memory.next_at[row.id] = now + delay
+            return None
+        return Settle("retry", row.id, now + delay, outcome.reason)

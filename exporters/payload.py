@@ -1,0 +1,163 @@
+"""What a notification says: one document per alert change, shared by every destination.
+
+The summary is written for the person who is paged: which surface, what rose, by how much,
+against which baseline and budget, since when.  The Lampson figures (the bound in bit/s and
+the bits carried over budget) and the top contributors follow; contributors are
+workload-controlled text, so they are sanitised (no control characters, bounded length).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from exporters.http import sanitize
+from exporters.routing import target_of
+
+
+@dataclass(slots=True)
+class LinkSet:
+    status_page: str  # the service's status page (external URL)
+    runbook: str | None  # template with {rule}, {target}, {kind}
+
+    def for_change(self, change: dict[str, Any]) -> dict[str, str | None]:
+        base = self.status_page.rstrip("/")
+        runbook = None
+        if self.runbook:
+            runbook = self.runbook.format(
+                rule=change.get("rule", ""), target=target_of(change), kind=change.get("kind", "")
+            )
+        return {
+            "status_page": base + "/",
+            "alerts": base + "/api/v1/alerts",
+            "surfaces": base + "/api/v1/surfaces",
+            "runbook": runbook,
+        }
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _clock(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n:,.1f} GB"
+
+
+def contributors(change: dict[str, Any], limit: int) -> list[dict[str, Any]]:
+    out = []
+    for item in change.get("contributors", [])[:limit]:
+        out.append(
+            {"contributor": sanitize(str(item["contributor"]), 120), "bytes": int(item["bytes"])}
+        )
+    return out
+
+
+def lampson(change: dict[str, Any]) -> dict[str, float] | None:
+    f = change.get("figures") or {}
+    if "capacity_bits_per_second" not in f:
+        return None
+    return {
+        "capacity_bits_per_second": float(f["capacity_bits_per_second"]),
+        "bits_over_budget": float(f.get("budget_excess_bits", 0.0)),
+        "allowance_bits_per_second": float(f.get("budget_allowance_bits_per_second", 0.0)),
+        "tolerance_bits": float(f.get("budget_tolerance_bits", 0.0)),
+    }
+
+
+def headline(change: dict[str, Any]) -> str:
+    """'FIRING spike: egress surface registry-proxy' — short, for titles."""
+    state = str(change.get("state", "")).upper()
+    kind = change.get("kind", "")
+    where = f"{kind} surface" if "surface" in change else str(kind)
+    return f"{state} {change.get('rule')}: {where} {sanitize(target_of(change), 64)}"
+
+
+def summary(change: dict[str, Any], now: float | None = None) -> str:
+    """The sentence a person can act on."""
+    now = time.time() if now is None else now
+    f = change.get("figures") or {}
+    target = sanitize(target_of(change), 64)
+    rule = change.get("rule")
+    state = change.get("state")
+    started = float(change.get("started_at") or change.get("at") or now)
+    since = f"since {_clock(started)}"
+    if "surface" in change and "rate_bytes_per_second" in f:
+        rate = float(f["rate_bytes_per_second"])
+        base = float(f.get("baseline_bytes_per_second", 0.0))
+        thr = float(f.get("threshold_bytes_per_second", 0.0))
+        cap = float(f.get("capacity_bits_per_second", 0.0))
+        excess = float(f.get("budget_excess_bits", 0.0))
+        allow = float(f.get("budget_allowance_bits_per_second", 0.0))
+        tol = float(f.get("budget_tolerance_bits", 0.0))
+        ratio = f"x{rate / base:,.1f}" if base > 0 else "from a zero baseline"
+        who = f"{change.get('kind')} surface {target}"
+        if rule == "spike":
+            what = (
+                f"write rate rose to {rate:,.0f} B/s, {ratio} its baseline of {base:,.0f} B/s "
+                f"(threshold {thr:,.0f} B/s); capacity bound {cap:,.0f} bit/s against a budget "
+                f"of {allow:,.0f} bit/s, {excess:,.0f} bits over budget"
+            )
+        else:
+            what = (
+                f"carried {excess:,.0f} bits over its capacity budget of {allow:,.0f} bit/s "
+                f"(tolerance {tol:,.0f} bits); capacity bound now {cap:,.0f} bit/s, write rate "
+                f"{rate:,.0f} B/s against a baseline of {base:,.0f} B/s"
+            )
+        text = f"{who}: {what}; {since}"
+    else:
+        text = f"{sanitize(str(change.get('summary', '')), 400)}; {since}"
+    if state == "resolved":
+        at = float(change.get("at") or now)
+        text = f"RESOLVED after {duration(at - started)} — {text}"
+    return text
+
+
+def alert_document(
+    note: dict[str, Any], idem_key: str, links: LinkSet, top: int, now: float | None = None
+) -> dict[str, Any]:
+    """The generic JSON document (the webhook's ``data``; details elsewhere)."""
+    change = note["change"]
+    state = change.get("state")
+    at = float(change.get("at", 0.0))
+    return {
+        "id": idem_key,
+        "fingerprint": change.get("fingerprint"),
+        "status": state,
+        "repeat": note.get("event") == "repeat",
+        "severity": note.get("severity"),
+        "target_type": next((k for k in ("surface", "source", "service") if k in change), ""),
+        "target": sanitize(target_of(change), 64),
+        "kind": change.get("kind"),
+        "rule": change.get("rule"),
+        "title": headline(change),
+        "summary": summary(change, now),
+        "started_at": iso(float(change.get("started_at") or at)),
+        "changed_at": iso(at),
+        "resolved_at": iso(at) if state == "resolved" else None,
+        "value": change.get("value"),
+        "threshold": change.get("threshold"),
+        "lampson": lampson(change),
+        "figures": change.get("figures") or {},
+        "top_contributors": contributors(change, top),
+        "detector_summary": sanitize(str(change.get("summary", "")), 1000),
+        "links": links.for_change(change),
+    }
