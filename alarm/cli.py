@@ -39,6 +39,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     except NoKernelLog as exc:
         print(f"capalarm: {exc}", file=sys.stderr)
         return 1
+    except ConfigError as exc:
+        # Problems only visible at start, such as a secret that cannot be read.
+        print("capalarm: invalid configuration:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return EXIT_CONFIG
     except PermissionError as exc:
         print(
             f"capalarm: {exc.strerror}: {exc.filename} (use --state-dir to choose another)",

@@ -174,7 +174,9 @@ def parse_journal_json(obj: dict[str, Any]) -> KernelRecord | None:
         message=message.rstrip("\n"),
         facility=facility,
         seq=None,
-        trusted=obj.get("_TRANSPORT") == "kernel",
+        # journald files what user space writes to /dev/kmsg under _TRANSPORT=kernel too
+        # (with SYSLOG_FACILITY=1), so the proof is the same as on /dev/kmsg: facility 0.
+        trusted=obj.get("_TRANSPORT") == "kernel" and facility == 0,
     )
 
 

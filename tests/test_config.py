@@ -73,3 +73,22 @@ def test_check_config_exit_codes(tmp_path):
     assert res.returncode == 2 and "YAML" in res.stderr
     res = subprocess.run([*run, str(tmp_path / "missing.yaml")], capture_output=True, text=True)
     assert res.returncode == 2 and "cannot read" in res.stderr
+
+
+def test_run_with_an_unreadable_secret_exits_2_naming_it(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        f"state_dir: {tmp_path / 'state'}\n"
+        f"sources: [{{name: k, type: file, paths: [{tmp_path / 'kern.log'}]}}]\n"
+        "notifications:\n  destinations:\n"
+        "    - {type: webhook, name: soc, url: 'http://127.0.0.1:1/hook', secrets: [{env: CAPALARM_TEST_UNSET}]}\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-m", "alarm.cli", "run", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert res.returncode == 2
+    assert "notifications.destinations[0]" in res.stderr and "CAPALARM_TEST_UNSET" in res.stderr
+    assert "Traceback" not in res.stderr

@@ -136,6 +136,9 @@ def test_journal_json() -> None:
     assert rec.ts == pytest.approx(1764529625.123456) and rec.message == entry["MESSAGE"]
     user = parse_journal_json({**entry, "_TRANSPORT": "syslog", "SYSLOG_FACILITY": "1"})
     assert user is not None and not user.trusted and user.facility == 1
+    # A user-space write to /dev/kmsg: journald files it under the kernel transport.
+    injected = parse_journal_json({**entry, "SYSLOG_FACILITY": "1"})
+    assert injected is not None and not injected.trusted
     binary = parse_journal_json({**entry, "MESSAGE": [69, 71, 255, 10]})
     assert binary is not None and binary.message == "EG\ufffd"
     assert parse_journal_json({**entry, "MESSAGE": None}) is None

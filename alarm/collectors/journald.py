@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import re
 import shutil
@@ -69,9 +68,6 @@ def parse_journal_chunk(data: bytes) -> JournalChunk:
             elif transport == "kernel":
                 rec = parse_journal_json(obj)
                 if rec is not None:
-                    if rec.trusted and rec.facility != 0:
-                        # Written to /dev/kmsg by user space: kernel transport, not kernel.
-                        rec = dataclasses.replace(rec, trusted=False)
                     out.records.append(rec)
         except ValueError:  # json.JSONDecodeError is a ValueError
             out.parse_errors += 1
