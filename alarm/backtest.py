@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from alarm.classify import EgressClassifier
+from alarm.classify import EgressClassifier, contributor_name
 from alarm.config import Config, SurfaceConfig
 from alarm.pipeline import Pipeline
 
@@ -96,19 +96,30 @@ def scan_range(
     result = ChunkResult(lines=scan.lines, parse_errors=scan.parse_errors, forged=scan.forged)
     cells = result.cells
     contributors = result.contributors
+    # Aggregate by raw flow key first: the per-row loop then does one dict update, and
+    # classification and contributor names are computed once per distinct flow and tick.
+    flows: dict[tuple, list[int]] = {}
     for ts, log_prefix, out_if, dst, length, proto, dpt, uid, _trusted in scan.rows:
-        surface = classify((dst, proto, dpt, out_if, uid, log_prefix))
-        key = (int(ts // tick), "egress", surface)
+        flow = (int(ts // tick), dst, proto, dpt, out_if, uid, log_prefix)
+        acc = flows.get(flow)
+        if acc is None:
+            flows[flow] = [length, 1]
+        else:
+            acc[0] += length
+            acc[1] += 1
+    for flow, (nbytes, packets) in flows.items():
+        surface = classify(flow[1:])
+        key = (flow[0], "egress", surface)
         cell = cells.get(key)
         if cell is None:
-            cells[key] = [length, 1]
+            cells[key] = [nbytes, packets]
             contrib = contributors[key] = {}
         else:
-            cell[0] += length
-            cell[1] += 1
+            cell[0] += nbytes
+            cell[1] += packets
             contrib = contributors[key]
-        name = f"{dst}:{dpt}/{proto}" if dpt is not None else f"{dst}/{proto}"
-        contrib[name] = contrib.get(name, 0) + length
+        name = contributor_name(flow[1], flow[3], flow[2])
+        contrib[name] = contrib.get(name, 0) + nbytes
     result.fence_records = len(scan.rows)
     for key, contrib in contributors.items():
         if len(contrib) > CONTRIBUTORS_PER_CELL:
@@ -153,7 +164,7 @@ def _scan_journal(
                 (int(rec.ts // tick), "egress", surface),
                 fence.length,
                 1,
-                f"{fence.dst}:{fence.dpt}/{fence.proto}",
+                contributor_name(fence.dst, fence.dpt, fence.proto),
             )
             result.fence_records += 1
     return result

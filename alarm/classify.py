@@ -49,6 +49,11 @@ class _Rule:
         return True
 
 
+def contributor_name(dst: str, dpt: int | None, proto: str) -> str:
+    """The heavy-hitter key of a fence record: ``10.0.0.5:443/TCP``, or ``10.0.0.5/ICMP``."""
+    return f"{dst}/{proto}" if dpt is None else f"{dst}:{dpt}/{proto}"
+
+
 def _iface_matches(pattern: str, name: str) -> bool:
     if pattern.endswith("+"):
         return name.startswith(pattern[:-1])

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from alarm.classify import EgressClassifier
+from alarm.classify import EgressClassifier, contributor_name
 from alarm.collectors.base import SourceStats
 from alarm.config import Config
 from alarm.detector.alerts import AlertChange
@@ -92,11 +92,7 @@ class Pipeline:
                 continue
             key = (fence.dst, fence.proto, fence.dpt, fence.out_if, fence.uid, fence.log_prefix)
             surface = classify(key)
-            contributor = (
-                f"{fence.dst}:{fence.dpt}/{fence.proto}"
-                if fence.dpt is not None
-                else f"{fence.dst}/{fence.proto}"
-            )
+            contributor = contributor_name(fence.dst, fence.dpt, fence.proto)
             table.add("egress", surface, fence.length, 1, contributor)
 
     def ingest_events(self, events: Iterable[WriteEvent], kind: str = "egress") -> None:
