@@ -229,6 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     die_with_parent(args.parent)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # parent gone: just die
+    # A service manager stopping capalarm signals the whole process group (systemd's default
+    # KillMode): the drain must outlive that signal long enough for the parent to shut down
+    # in order; it still dies with the parent (PDEATHSIG, stdin EOF, EPIPE).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     out = sys.stdout.fileno()
     warns: list[bytes] = []
     try:
