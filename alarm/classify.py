@@ -9,7 +9,7 @@ full: a miss only costs a re-classification).
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from alarm.config import UNCLASSIFIED, SurfaceConfig
@@ -17,18 +17,31 @@ from alarm.config import UNCLASSIFIED, SurfaceConfig
 FenceKey = tuple[str, str, int | None, str, int | None, str]  # dst, proto, dpt, out, uid, prefix
 
 
+Address = tuple[int, int] | None  # (IP version, integer value); None when not an address
+
+
+def parse_address(text: str) -> Address:
+    try:
+        addr = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    return addr.version, int(addr)
+
+
 @dataclass(slots=True, frozen=True)
 class _Rule:
     surface: str
-    networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+    # Networks as integer ranges: comparing ints is several times cheaper than ``addr in net``,
+    # and a miss on a hostile spray of destinations pays for it once per key.
+    networks: tuple[tuple[int, int, int], ...]  # (version, first, last)
     ports: tuple[tuple[int, int], ...]
     protos: frozenset[str]
     outs: tuple[str, ...]
     uids: frozenset[int]
     prefixes: frozenset[str]
 
-    def matches(self, key: FenceKey) -> bool:
-        dst, proto, dpt, out, uid, prefix = key
+    def matches(self, key: FenceKey, address: Callable[[], Address]) -> bool:
+        _, proto, dpt, out, uid, prefix = key
         if self.protos and proto.lower() not in self.protos:
             return False
         if self.ports and (dpt is None or not any(lo <= dpt <= hi for lo, hi in self.ports)):
@@ -40,13 +53,18 @@ class _Rule:
         if self.outs and not any(_iface_matches(pattern, out) for pattern in self.outs):
             return False
         if self.networks:
-            try:
-                addr = ipaddress.ip_address(dst)
-            except ValueError:
+            addr = address()
+            if addr is None:
                 return False
-            if not any(addr.version == net.version and addr in net for net in self.networks):
+            version, value = addr
+            if not any(v == version and lo <= value <= hi for v, lo, hi in self.networks):
                 return False
         return True
+
+
+def _network_range(text: str) -> tuple[int, int, int]:
+    net = ipaddress.ip_network(text, strict=False)
+    return net.version, int(net.network_address), int(net.broadcast_address)
 
 
 def contributor_name(dst: str, dpt: int | None, proto: str) -> str:
@@ -65,7 +83,7 @@ class EgressClassifier:
         self._rules = [
             _Rule(
                 surface=s.name,
-                networks=tuple(ipaddress.ip_network(d, strict=False) for d in s.match.dst),
+                networks=tuple(_network_range(d) for d in s.match.dst),
                 ports=tuple(s.match.port_ranges()),
                 protos=frozenset(s.match.proto),
                 outs=tuple(s.match.out),
@@ -90,7 +108,15 @@ class EgressClassifier:
         return surface
 
     def _match(self, key: FenceKey) -> str:
+        parsed: list[Address] = []
+
+        def address() -> Address:
+            # Parsed at most once per key, and only if some rule looks at the destination.
+            if not parsed:
+                parsed.append(parse_address(key[0]))
+            return parsed[0]
+
         for rule in self._rules:
-            if rule.matches(key):
+            if rule.matches(key, address):
                 return rule.surface
         return UNCLASSIFIED
