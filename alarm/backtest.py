@@ -22,6 +22,7 @@ from typing import IO, Any
 
 from alarm.classify import EgressClassifier, contributor_name
 from alarm.config import Config, SurfaceConfig
+from alarm.fastscan import ScanResult, scan_text
 from alarm.pipeline import Pipeline
 
 TickSurface = tuple[int, str, str]  # tick index, kind, surface
@@ -87,12 +88,15 @@ def scan_range(
     year: int,
 ) -> ChunkResult:
     """Worker: parse, classify and aggregate one byte range of a kernel log."""
-    from alarm.fastscan import scan_text
-
     classifier = EgressClassifier([SurfaceConfig.model_validate(s) for s in surfaces])
+    return aggregate_scan(
+        scan_text(_read_range(path, start, end), fmt, prefixes, year), tick, classifier
+    )
+
+
+def aggregate_scan(scan: ScanResult, tick: float, classifier: EgressClassifier) -> ChunkResult:
+    """Classify and aggregate scanned fence rows per tick and surface."""
     classify = classifier.classify
-    text = _read_range(path, start, end)
-    scan = scan_text(text, fmt, prefixes, year)
     result = ChunkResult(lines=scan.lines, parse_errors=scan.parse_errors, forged=scan.forged)
     cells = result.cells
     contributors = result.contributors
@@ -126,47 +130,6 @@ def scan_range(
             contributors[key] = dict(
                 heapq.nlargest(CONTRIBUTORS_PER_CELL, contrib.items(), key=lambda kv: kv[1])
             )
-    return result
-
-
-def _scan_journal(
-    path: str, prefixes: tuple[str, ...], classifier: EgressClassifier, tick: float
-) -> ChunkResult:
-    from alarm.kernel_formats import parse_journal_json
-    from alarm.netfilter import FenceParseError, parse_fence
-
-    result = ChunkResult()
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            result.lines += 1
-            try:
-                rec = parse_journal_json(json.loads(line))
-            except (ValueError, TypeError, KeyError):
-                result.parse_errors += 1
-                continue
-            if rec is None:
-                continue
-            try:
-                fence = parse_fence(rec.message, prefixes)
-            except FenceParseError:
-                result.parse_errors += 1
-                continue
-            if fence is None:
-                continue
-            if not rec.trusted:
-                result.forged += 1
-                continue
-            surface = classifier.classify(
-                (fence.dst, fence.proto, fence.dpt, fence.out_if, fence.uid, fence.log_prefix)
-            )
-            _add(
-                result,
-                (int(rec.ts // tick), "egress", surface),
-                fence.length,
-                1,
-                contributor_name(fence.dst, fence.dpt, fence.proto),
-            )
-            result.fence_records += 1
     return result
 
 
@@ -273,7 +236,10 @@ def run_backtest(
                 kinds |= {k for _, k, _ in part.cells}
                 total.merge(part)
             elif fmt == "journal-json":
-                total.merge(_scan_journal(path, prefixes, EgressClassifier(config.surfaces), tick))
+                # Journal exports are small: scanned entry by entry in this process.
+                text = Path(path).read_text(encoding="utf-8", errors="replace")
+                scan = scan_text(text, fmt, prefixes, year)
+                total.merge(aggregate_scan(scan, tick, EgressClassifier(config.surfaces)))
             else:
                 size = Path(path).stat().st_size
                 for start, end in _ranges(path, size, workers):

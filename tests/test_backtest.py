@@ -125,3 +125,20 @@ def test_cli_backtest_writes_json_lines(tmp_path):
     states = [json.loads(line)["state"] for line in out.read_text().splitlines()]
     assert states == ["firing", "resolved"]
     assert json.loads(res.stderr.strip().splitlines()[-1])["backtest"]["records"] == 1800
+
+
+def test_journal_export_counts_kernel_records_and_rejects_user_writes(tmp_path):
+    line = (SHARED / "kmsg-records.txt").read_text().splitlines()[0].split(";", 1)[1]
+    entry = {"__REALTIME_TIMESTAMP": "1780000000000000", "MESSAGE": line, "_TRANSPORT": "kernel"}
+    journal = tmp_path / "journal.json"
+    journal.write_text(
+        json.dumps({**entry, "SYSLOG_FACILITY": "0"})
+        + "\n"
+        # what journald files for a user-space write to /dev/kmsg: kernel transport, facility 1
+        + json.dumps({**entry, "SYSLOG_FACILITY": "1"})
+        + "\n{broken\n"
+    )
+    summary = run_backtest(
+        config_from_dict({"tick": "10s"}), [str(journal)], io.StringIO(), workers=1
+    )
+    assert (summary.records, summary.forged, summary.parse_errors) == (1, 1, 1)
