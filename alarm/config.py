@@ -76,6 +76,9 @@ class SpikeRule(_Strict):
     max_ratio: float = Field(8.0, ge=1)
     # Daily (15-min slots) and weekly (hourly slots) profiles, used once a slot has history.
     seasonal: bool = True
+    # How far either side of the current 15-min slot the daily profile looks (rounded to
+    # slots): a recurring job that drifts by this much is still what is normal then.
+    seasonal_window: Duration = Field(900.0, le=6 * 3600.0)
     # How fast the baseline may learn upward: at most this factor per day (per week for the
     # weekly profile), so a patient attacker cannot walk it up faster than that.
     max_learn_up: float = Field(4.0, gt=1)
@@ -95,6 +98,21 @@ class BudgetHorizon(_Strict):
     tolerance_bits: float = Field(gt=0)
 
 
+class RelativeBudget(_Strict):
+    """Seasonal (relative) budget: a CUSUM on each tick's log-capacity score above ``ratio`` x
+    the score's mean at that hour of the day; fires after about ``tolerance`` typical writes'
+    worth above it (alarm/detector/relative.py, docs/detector.md)."""
+
+    enabled: bool = True
+    # (r - 1) / ln r for an activity rate rising r-fold: 3 is the optimum for r ~ 7.
+    ratio: float = Field(3.0, gt=1)
+    tolerance: float = Field(8.0, gt=0)  # in the surface's typical active ticks
+    # TCSEC's lower edge: below 0.1 bit/s a channel need not be audited.
+    min_allowance_bits_per_second: float = Field(0.1, ge=0)
+    min_history: Duration = 86400.0
+    max_learn_up: float = Field(4.0, gt=1)  # per day, like the spike baseline
+
+
 class BudgetRule(_Strict):
     """Lampson capacity budget: one-sided CUSUM on estimated bits.
 
@@ -109,6 +127,8 @@ class BudgetRule(_Strict):
     # own CUSUM; the alert fires when any of them passes its tolerance.
     horizon: str = Field("base", pattern=r"^[A-Za-z0-9_.]{1,16}$")
     horizons: list[BudgetHorizon] = []
+    # Judged against the surface's own hour-of-day history: drips under the allowance above.
+    relative: RelativeBudget = RelativeBudget()
 
     @model_validator(mode="after")
     def _unique_horizons(self) -> BudgetRule:

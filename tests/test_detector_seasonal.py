@@ -73,3 +73,28 @@ def test_rows_are_independent_and_disabled_rows_never_judge():
     p = b.predict(T0 + 30 * TICK)
     assert math.isfinite(p.threshold[0]) and p.ready[0]
     assert p.threshold[1] == math.inf
+
+
+def test_seasonal_window_lets_a_job_drift_by_an_hour_without_a_spike():
+    """A daily batch job whose start moves by up to an hour: with a one-hour window its runs
+    on later days are within what is normal, with the default 15 minutes some are spikes;
+    a burst three hours from the job is a spike either way."""
+    rng = np.random.default_rng(5)
+    days = 8
+    rates = 1000 * np.exp(0.15 * rng.standard_normal(days * DAY))
+    starts = [600 + int(s) for s in rng.integers(-60, 61, days)]  # 10:00 +- 1 h
+    for d, s in enumerate(starts):
+        rates[d * DAY + s : d * DAY + s + 20] *= 12
+
+    def spikes(window: float) -> tuple[int, float]:
+        b = SeasonalBaseline([SpikeRule(seasonal_window=window)], TICK)
+        thr = run(b, rates)
+        late = slice(4 * DAY, days * DAY)  # once several runs have been seen
+        p = b.predict(T0 + (days * DAY + 780) * TICK)  # 13:00, three hours after the job
+        return int((rates[late] > thr[late]).sum()), float(p.threshold[0])
+
+    wide, wide_13h = spikes(3600.0)
+    narrow, _ = spikes(900.0)
+    assert wide == 0
+    assert narrow > 0
+    assert wide_13h < 10 * 1000  # a x10 burst away from the job still breaches

@@ -20,6 +20,7 @@ from alarm.config import Config
 from alarm.detector import persist
 from alarm.detector.alerts import AlertBank, AlertChange, AlertMachine, AlertState
 from alarm.detector.budget import BudgetBank
+from alarm.detector.relative import RelativeBank
 from alarm.detector.rows import AGGREGATE, plan_rows
 from alarm.detector.seasonal import SeasonalBaseline
 from alarm.detector.views import SurfaceFigures, SurfaceMap
@@ -48,6 +49,7 @@ class Detector:
 
         self.baseline = SeasonalBaseline(plan.spike, config.tick)
         self.budget = BudgetBank(plan.budget)
+        self.relative = RelativeBank(plan.budget, config.tick)
         self._meta = plan.meta_bits
         self.spike_alerts = AlertBank(
             self.targets,
@@ -130,7 +132,10 @@ class Detector:
         self._base, self._threshold, self._ready = p.baseline, p.threshold, p.ready
         spike_breach = rate > p.threshold
         proj, ratio = self.budget.update(bits, tick)
-        budget_breach = self.budget.enabled & (proj > 1.0)
+        rel_proj, rel_ratio, _ = self.relative.update(bits, now - tick)
+        # One budget alert per surface: the absolute horizons or the seasonal (relative) rule.
+        budget_breach = self.budget.enabled & ((proj > 1.0) | (rel_proj > 1.0))
+        ratio = np.maximum(ratio, rel_ratio)
         if self._agg_count:
             # The aggregate alarms what no member alarms (a swarm), not a member's own spike
             # or overrun a second time.
@@ -175,7 +180,12 @@ class Detector:
             rate=float(self._rate[row]),
             events_rate=float(self._events_rate[row]),
             baseline=float(self._base[row]),
-            threshold=float(self._threshold[row]) if self._ready[row] else 0.0,
+            # 0 where the spike rule does not judge (not ready, or disabled: +inf inside).
+            threshold=(
+                float(self._threshold[row])
+                if self._ready[row] and np.isfinite(self._threshold[row])
+                else 0.0
+            ),
             baseline_ready=bool(self._ready[row]),
             capacity_bps=float(self._capacity[row]),
             budget_excess=s0,
@@ -212,6 +222,12 @@ class Detector:
                 for name, k, h, s in f.horizons
             },
         }
+        seasonal = self.relative.figures(row)
+        figures["budget_seasonal"] = seasonal
+        seasonal_ratio = seasonal["excess_score"] / seasonal["tolerance_score"]
+        seasonal_binds = rule == "budget" and seasonal_ratio > excess / tol
+        if seasonal_binds:
+            figures["budget_horizon"] = "seasonal"
         kind, name = self.keys[row]
         aggregate = row >= self.members
         if aggregate:
@@ -222,6 +238,14 @@ class Detector:
             what = (
                 f"wrote {f.rate:,.0f} B/s against a baseline of {f.baseline:,.0f} B/s "
                 f"(x{ratio:,.1f}; threshold {threshold:,.0f} B/s)"
+            )
+        elif seasonal_binds:
+            value, threshold = seasonal["excess_score"], seasonal["tolerance_score"]
+            level = seasonal["seasonal_level_bits_per_second"]
+            what = (
+                f"carried {seasonal['carried_bits']:,.0f} bits in a sustained run above what it "
+                f"usually carries at this hour ({level:,.1f} bit/s; seasonal budget "
+                f"{value:,.1f} of {threshold:,.1f})"
             )
         else:
             value, threshold = excess, tol
@@ -340,6 +364,7 @@ class Detector:
     def _state_arrays(self) -> dict[str, np.ndarray]:
         out = {f"baseline.{a}": getattr(self.baseline, a) for a in SeasonalBaseline.STATE}
         out |= {f"budget.{a}": getattr(self.budget, a) for a in BudgetBank.STATE}
+        out |= {f"relative.{a}": getattr(self.relative, a) for a in RelativeBank.STATE}
         out |= {f"spike_alerts.{a}": getattr(self.spike_alerts, a) for a in AlertBank.STATE}
         out |= {f"budget_alerts.{a}": getattr(self.budget_alerts, a) for a in AlertBank.STATE}
         return out
@@ -358,6 +383,7 @@ class Detector:
         return (
             self.baseline.nbytes()
             + self.budget.nbytes()
+            + self.relative.nbytes()
             + self.spike_alerts.nbytes()
             + self.budget_alerts.nbytes()
             + sum(a.nbytes for a in figures)

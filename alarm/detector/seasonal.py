@@ -7,8 +7,9 @@ and bursts become additive, and a mostly-zero surface stays near 0 instead of at
   until the seasonal profiles have history for the current slot;
 - a *daily* profile (96 slots of 15 min) and a *weekly* profile (168 hourly slots) of y, each
   slot learned only while the clock is in it, as an 0.8-expectile (an upper-leaning mean).  The prediction is the highest ready profile
-  value among the current 15-min slot, its two neighbours (cron jitter, a nightly job that
-  spills over a slot edge) and the weekly hour: recurring legitimate bursts are learned,
+  value among the current 15-min slot, its neighbours within ``seasonal_window`` (default one
+  each side: cron jitter, a nightly job that spills over a slot edge) and the weekly hour:
+  recurring legitimate bursts are learned,
   a burst at a time that has never been busy is not;
 - a robust spread of the residual y - prediction: a streaming MAD (sign stochastic
   approximation of the median absolute residual), falling back to the mean absolute residual
@@ -83,6 +84,10 @@ class SeasonalBaseline:
         )
         self.alpha = np.array([min(1.0, tick / max(r.history, tick)) for r in rules], dtype=f64)
         self.seasonal = np.array([r.seasonal for r in rules], dtype=bool)
+        # Daily-profile neighbours looked at on either side of the current slot, per row.
+        self.reach = np.array([round(r.seasonal_window / DAY_SLOT) for r in rules], np.int64)
+        self._reach_max = int(self.reach.max()) if n else 0
+        self._reach_uniform = bool(n == 0 or (self.reach == self._reach_max).all())
         log_up = np.array([math.log(r.max_learn_up) for r in rules], dtype=f64)
         # Largest rise per update: the day's (week's) allowance spread over the updates a
         # slot gets in a day (week).  The recent level is updated every tick.
@@ -123,8 +128,11 @@ class SeasonalBaseline:
         need_d = self.slot_ticks_day
         need_w = self.slot_ticks_week
         seas = np.full(self.rows, -np.inf, dtype=np.float32)
-        for slot in ((s - 1) % DAY_SLOTS, s, (s + 1) % DAY_SLOTS):
+        for off in range(-self._reach_max, self._reach_max + 1):
+            slot = (s + off) % DAY_SLOTS
             ok = self.day_n[slot] >= need_d
+            if off and not self._reach_uniform:
+                ok &= self.reach >= abs(off)
             np.maximum(seas, np.where(ok, self.day[slot], -np.inf), out=seas)
         ok = self.week_n[w] >= need_w
         np.maximum(seas, np.where(ok, self.week[w], -np.inf), out=seas)
