@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
+
 from alarm.classify import EgressClassifier, contributor_name
 from alarm.config import Config, SurfaceConfig
-from alarm.fastscan import ScanResult, scan_text
+from alarm.fastscan import FlowScan, scan_flows
 from alarm.pipeline import Pipeline
 
 TickSurface = tuple[int, str, str]  # tick index, kind, surface
@@ -61,7 +63,7 @@ class ChunkResult:
         self.forged += other.forged
 
 
-def _read_range(path: str, start: int, end: int) -> str:
+def _read_range(path: str, start: int, end: int) -> bytes:
     """The complete lines that begin in [start, end)."""
     with open(path, "rb") as fh:
         if start > 0:
@@ -70,11 +72,11 @@ def _read_range(path: str, start: int, end: int) -> str:
                 fh.readline()  # the line in progress belongs to the previous range
         begin = fh.tell()
         if begin >= end:
-            return ""
+            return b""
         data = fh.read(end - begin)
         if data and not data.endswith(b"\n"):
             data += fh.readline()
-    return data.decode("utf-8", errors="replace")
+    return data
 
 
 def scan_range(
@@ -89,47 +91,57 @@ def scan_range(
 ) -> ChunkResult:
     """Worker: parse, classify and aggregate one byte range of a kernel log."""
     classifier = EgressClassifier([SurfaceConfig.model_validate(s) for s in surfaces])
-    return aggregate_scan(
-        scan_text(_read_range(path, start, end), fmt, prefixes, year), tick, classifier
+    scan = scan_flows(_read_range(path, start, end), fmt, prefixes, tick, year)
+    return aggregate_scan(scan, classifier)
+
+
+def aggregate_scan(scan: FlowScan, classifier: EgressClassifier) -> ChunkResult:
+    """Classify a chunk's flows and sum them per tick and surface, with each cell's top
+    contributors.  Classification and contributor names are computed once per flow
+    identity; the per-cell sums are numpy group-bys."""
+    result = ChunkResult(
+        lines=scan.lines,
+        parse_errors=scan.parse_errors,
+        forged=scan.forged,
+        fence_records=scan.records,
     )
-
-
-def aggregate_scan(scan: ScanResult, tick: float, classifier: EgressClassifier) -> ChunkResult:
-    """Classify and aggregate scanned fence rows per tick and surface."""
-    classify = classifier.classify
-    result = ChunkResult(lines=scan.lines, parse_errors=scan.parse_errors, forged=scan.forged)
-    cells = result.cells
-    contributors = result.contributors
-    # Aggregate by raw flow key first: the per-row loop then does one dict update, and
-    # classification and contributor names are computed once per distinct flow and tick.
-    flows: dict[tuple, list[int]] = {}
-    for ts, log_prefix, out_if, dst, length, proto, dpt, uid, _trusted in scan.rows:
-        flow = (int(ts // tick), dst, proto, dpt, out_if, uid, log_prefix)
-        acc = flows.get(flow)
-        if acc is None:
-            flows[flow] = [length, 1]
-        else:
-            acc[0] += length
-            acc[1] += 1
-    for flow, (nbytes, packets) in flows.items():
-        surface = classify(flow[1:])
-        key = (flow[0], "egress", surface)
-        cell = cells.get(key)
-        if cell is None:
-            cells[key] = [nbytes, packets]
-            contrib = contributors[key] = {}
-        else:
-            cell[0] += nbytes
-            cell[1] += packets
-            contrib = contributors[key]
-        name = contributor_name(flow[1], flow[3], flow[2])
-        contrib[name] = contrib.get(name, 0) + nbytes
-    result.fence_records = len(scan.rows)
-    for key, contrib in contributors.items():
-        if len(contrib) > CONTRIBUTORS_PER_CELL:
-            contributors[key] = dict(
-                heapq.nlargest(CONTRIBUTORS_PER_CELL, contrib.items(), key=lambda kv: kv[1])
-            )
+    if not len(scan.ids):
+        return result
+    surface_names, surface_of = classifier.classify_columns(scan)
+    n_surfaces = len(surface_names)
+    # Cells: (tick, surface).
+    cell_key = scan.ticks * n_surfaces + surface_of[scan.ids]
+    cells, cell_idx = np.unique(cell_key, return_inverse=True)
+    # float64 sums are exact below 2**53 bytes per cell.
+    cell_bytes = np.bincount(cell_idx, weights=scan.nbytes, minlength=len(cells))
+    cell_packets = np.bincount(cell_idx, weights=scan.packets, minlength=len(cells))
+    keys = [
+        (int(c // n_surfaces), "egress", surface_names[int(c % n_surfaces)]) for c in cells.tolist()
+    ]
+    for key, b, n in zip(keys, cell_bytes.tolist(), cell_packets.tolist(), strict=True):
+        result.cells[key] = [int(b), int(n)]
+    # Contributors (destination, port, protocol): bytes per (cell, contributor), the top
+    # CONTRIBUTORS_PER_CELL of each cell; names are formatted for those only.
+    n_protos = max(len(scan.protos), 1)
+    contrib_of = (scan.id_dst * 100_001 + scan.id_dpt + 1) * n_protos + scan.id_proto
+    contribs, contrib_idx = np.unique(contrib_of, return_inverse=True)
+    pair = cell_idx * len(contribs) + contrib_idx[scan.ids]
+    pairs, pair_idx = np.unique(pair, return_inverse=True)
+    pair_bytes = np.bincount(pair_idx, weights=scan.nbytes, minlength=len(pairs))
+    pair_cell = pairs // len(contribs)
+    order = np.lexsort((-pair_bytes, pair_cell))
+    rank = np.arange(len(order)) - np.searchsorted(pair_cell[order], pair_cell[order])
+    top = order[rank < CONTRIBUTORS_PER_CELL]
+    for c, k, b in zip(
+        pair_cell[top].tolist(),
+        contribs[pairs[top] % len(contribs)].tolist(),
+        pair_bytes[top].tolist(),
+        strict=True,
+    ):
+        rest, proto = divmod(k, n_protos)
+        dst, dpt = divmod(rest, 100_001)
+        name = contributor_name(scan.dsts[dst], None if dpt == 0 else dpt - 1, scan.protos[proto])
+        result.contributors.setdefault(keys[c], {})[name] = int(b)
     return result
 
 
@@ -237,9 +249,8 @@ def run_backtest(
                 total.merge(part)
             elif fmt == "journal-json":
                 # Journal exports are small: scanned entry by entry in this process.
-                text = Path(path).read_text(encoding="utf-8", errors="replace")
-                scan = scan_text(text, fmt, prefixes, year)
-                total.merge(aggregate_scan(scan, tick, EgressClassifier(config.surfaces)))
+                scan = scan_flows(Path(path).read_bytes(), fmt, prefixes, tick, year)
+                total.merge(aggregate_scan(scan, EgressClassifier(config.surfaces)))
             else:
                 size = Path(path).stat().st_size
                 for start, end in _ranges(path, size, workers):

@@ -11,8 +11,14 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from alarm.config import UNCLASSIFIED, SurfaceConfig
+
+if TYPE_CHECKING:
+    from alarm.fastscan import FlowScan
 
 FenceKey = tuple[str, str, int | None, str, int | None, str]  # dst, proto, dpt, out, uid, prefix
 
@@ -106,6 +112,54 @@ class EgressClassifier:
                 self.cache_clears += 1
             self._cache[key] = surface
         return surface
+
+    def classify_columns(self, scan: FlowScan) -> tuple[list[str], np.ndarray]:
+        """``classify`` for every flow identity of a scan at once: (surface names, the index
+        of each identity's surface in them).  Each rule is evaluated on the distinct values
+        of each field, then combined over the identity columns with numpy; the first rule
+        that matches wins, as in ``classify``."""
+        names = [UNCLASSIFIED]
+        surface_of = np.zeros(len(scan.id_dst), dtype=np.int64)
+        undecided = np.ones(len(scan.id_dst), dtype=bool)
+        addresses: list[Address] | None = None
+        for rule in self._rules:
+            m = undecided.copy()
+            if rule.protos:
+                ok = np.array([p.lower() in rule.protos for p in scan.protos] + [False])
+                m &= ok[scan.id_proto]
+            if rule.ports:
+                in_range = np.zeros(len(m), dtype=bool)
+                for lo, hi in rule.ports:
+                    in_range |= (scan.id_dpt >= lo) & (scan.id_dpt <= hi)
+                m &= in_range & (scan.id_dpt >= 0)
+            if rule.uids:
+                m &= np.isin(scan.id_uid, np.array(sorted(rule.uids), dtype=np.int64))
+                m &= scan.id_uid >= 0
+            if rule.prefixes:
+                ok = np.array([p in rule.prefixes for p in scan.prefixes] + [False])
+                m &= ok[scan.id_prefix]
+            if rule.outs:
+                ok = np.array(
+                    [any(_iface_matches(pat, o) for pat in rule.outs) for o in scan.outs] + [False]
+                )
+                m &= ok[scan.id_out]
+            if rule.networks:
+                if addresses is None:
+                    addresses = [parse_address(d) for d in scan.dsts]
+                ok = np.array(
+                    [
+                        a is not None
+                        and any(v == a[0] and lo <= a[1] <= hi for v, lo, hi in rule.networks)
+                        for a in addresses
+                    ]
+                    + [False]
+                )
+                m &= ok[scan.id_dst]
+            if m.any():
+                names.append(rule.surface)
+                surface_of[m] = len(names) - 1
+                undecided &= ~m
+        return names, surface_of
 
     def _match(self, key: FenceKey) -> str:
         parsed: list[Address] = []

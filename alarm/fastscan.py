@@ -25,12 +25,22 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from alarm.kernel_formats import parse_journal_json, rfc3339_time, syslog_time
 from alarm.netfilter import NET_SKIP, OWNER, FenceParseError, canonical_ip, parse_fence
 
+try:  # the native one-pass scanner (alarm/_fastscan.c), built by pip where a compiler is
+    from alarm import _fastscan as _native
+except ImportError:  # pragma: no cover - exercised where the extension was not built
+    _native = None
+
 # (ts, log_prefix, out_if, dst, length, proto, dpt, uid, trusted)
 Row = tuple[float, str, str, str, int, str, int | None, int | None, bool]
+# (tick index, dst, proto, dpt, out_if, uid, log_prefix): what a tick's figures are kept by
+FlowKey = tuple[int, str, str, int | None, str, int | None, str]
 BULK_FORMATS = ("syslog", "kmsg", "dmesg")
+_NATIVE_FORMATS = {"syslog": 0, "kmsg": 1, "dmesg": 2}
 
 # Record headers, each starting at the "\n" before the line (_findall gives the first line
 # one), so the regex engine's literal-prefix search jumps from line to line in C.  They follow
@@ -199,6 +209,188 @@ def scan_text(
         rows = trusted
     result.rows = rows
     return result
+
+
+Identity = tuple[str, str, int | None, str, int | None, str]  # dst, proto, dpt, out_if, uid, prefix
+_I64 = np.int64
+
+
+def _empty() -> np.ndarray:
+    return np.zeros(0, _I64)
+
+
+@dataclass(slots=True)
+class FlowScan:
+    """Fence records of a chunk summed per (tick, flow identity), in columns.
+
+    Flow identities are rows of indexes into tables of distinct values: identity ``i`` is
+    ``(dsts[id_dst[i]], protos[id_proto[i]], id_dpt[i], outs[id_out[i]], id_uid[i],
+    prefixes[id_prefix[i]])`` with -1 for an absent port or uid.  Cell ``j`` holds
+    ``nbytes[j]`` bytes in ``packets[j]`` records of identity ``ids[j]`` in tick ``ticks[j]``
+    (index ``int(ts // tick)``); a (tick, identity) pair may appear in more than one cell."""
+
+    dsts: list[str] = field(default_factory=list)
+    outs: list[str] = field(default_factory=list)
+    prefixes: list[str] = field(default_factory=list)
+    protos: list[str] = field(default_factory=list)
+    id_dst: np.ndarray = field(default_factory=_empty)
+    id_out: np.ndarray = field(default_factory=_empty)
+    id_prefix: np.ndarray = field(default_factory=_empty)
+    id_proto: np.ndarray = field(default_factory=_empty)
+    id_dpt: np.ndarray = field(default_factory=_empty)
+    id_uid: np.ndarray = field(default_factory=_empty)
+    ticks: np.ndarray = field(default_factory=_empty)
+    ids: np.ndarray = field(default_factory=_empty)
+    nbytes: np.ndarray = field(default_factory=_empty)
+    packets: np.ndarray = field(default_factory=_empty)
+    lines: int = 0
+    records: int = 0  # fence records in the cells
+    parse_errors: int = 0
+    forged: int = 0
+    native: bool = False  # the native scanner read it (lines it handed back excepted)
+    handed_back: int = 0  # lines the native scanner left to the regex path
+
+    def identities(self) -> list[Identity]:
+        return [
+            (
+                self.dsts[d],
+                self.protos[p],
+                None if dp < 0 else dp,
+                self.outs[o],
+                None if u < 0 else u,
+                self.prefixes[x],
+            )
+            for d, p, dp, o, u, x in zip(
+                self.id_dst.tolist(),
+                self.id_proto.tolist(),
+                self.id_dpt.tolist(),
+                self.id_out.tolist(),
+                self.id_uid.tolist(),
+                self.id_prefix.tolist(),
+                strict=True,
+            )
+        ]
+
+    def flows(self) -> dict[FlowKey, list[int]]:
+        """``{(tick, *identity): [bytes, packets]}``, summed (for tests and small inputs)."""
+        idents = self.identities()
+        out: dict[FlowKey, list[int]] = {}
+        for t, i, b, n in zip(
+            self.ticks.tolist(),
+            self.ids.tolist(),
+            self.nbytes.tolist(),
+            self.packets.tolist(),
+            strict=True,
+        ):
+            acc = out.setdefault((t, *idents[i]), [0, 0])
+            acc[0] += b
+            acc[1] += n
+        return out
+
+    def add_rows(self, rows: list[Row], tick: float) -> None:
+        """Append scanned rows (the regex path) as cells, one per distinct flow and tick."""
+        if not rows:
+            return
+        tables = [
+            {v: i for i, v in enumerate(t)}
+            for t in (self.dsts, self.outs, self.prefixes, self.protos)
+        ]
+        lists = (self.dsts, self.outs, self.prefixes, self.protos)
+
+        def index(k: int, value: str) -> int:
+            i = tables[k].get(value)
+            if i is None:
+                i = tables[k][value] = len(lists[k])
+                lists[k].append(value)
+            return i
+
+        n_old = len(self.id_dst)
+        cols = [c.tolist() for c in self._id_columns()]
+        known = {row: i for i, row in enumerate(zip(*cols, strict=True))}
+        flows: dict[tuple[int, int], list[int]] = {}
+        for ts, log_prefix, out_if, dst, length, proto, dpt, uid, _trusted in rows:
+            row = (
+                index(0, dst),
+                index(1, out_if),
+                index(2, log_prefix),
+                index(3, proto),
+                -1 if dpt is None else dpt,
+                -1 if uid is None else uid,
+            )
+            i = known.get(row)
+            if i is None:
+                i = known[row] = len(known)
+            acc = flows.setdefault((int(ts // tick), i), [0, 0])
+            acc[0] += length
+            acc[1] += 1
+        new_rows = np.array(list(known)[n_old:], dtype=_I64).reshape(-1, 6)
+        for name, col in zip(_ID_COLUMNS, new_rows.T, strict=True):
+            setattr(self, name, np.concatenate([getattr(self, name), col]))
+        keys = np.array(list(flows), dtype=_I64).reshape(-1, 2)
+        sums = np.array(list(flows.values()), dtype=_I64).reshape(-1, 2)
+        self.ticks = np.concatenate([self.ticks, keys[:, 0]])
+        self.ids = np.concatenate([self.ids, keys[:, 1]])
+        self.nbytes = np.concatenate([self.nbytes, sums[:, 0]])
+        self.packets = np.concatenate([self.packets, sums[:, 1]])
+        self.records += len(rows)
+
+    def _id_columns(self) -> list[np.ndarray]:
+        return [getattr(self, name) for name in _ID_COLUMNS]
+
+
+# The order of the native scanner's identity columns.
+_ID_COLUMNS = ("id_dst", "id_out", "id_prefix", "id_proto", "id_dpt", "id_uid")
+
+
+def native_available() -> bool:
+    return _native is not None
+
+
+def scan_flows(
+    data: bytes,
+    fmt: str,
+    prefixes: tuple[str, ...],
+    tick: float,
+    year: int | None = None,
+    *,
+    boot_wall: float = 0.0,
+    native: bool = True,
+) -> FlowScan:
+    """``scan_text`` of a chunk of complete lines (bytes), summed per flow and tick.
+
+    With the native scanner, lines in the layout the kernel and syslog daemons write are
+    read and summed in C; every other line holding a prefix comes back and goes through
+    ``scan_text``, so the result is the regex's, line for line (the tests check it)."""
+    year = year or time.gmtime().tm_year
+    ascii_prefixes = all(p.isascii() for p in prefixes)
+    if not (native and _native is not None and fmt in _NATIVE_FORMATS and ascii_prefixes):
+        text = data.decode("utf-8", "replace")
+        result = scan_text(text, fmt, prefixes, year, boot_wall=boot_wall)
+        scan = FlowScan(lines=result.lines, parse_errors=result.parse_errors, forged=result.forged)
+        scan.add_rows(result.rows, tick)
+        return scan
+    lines, forged, fallback, tables, id_rows, cells = _native.scan_flows(
+        data, _NATIVE_FORMATS[fmt], tuple(p.encode() for p in prefixes), year, tick, boot_wall
+    )
+    scan = FlowScan(lines=lines, forged=forged, native=True)
+    scan.dsts, scan.outs, scan.prefixes, scan.protos = tables
+    cols = np.frombuffer(id_rows, dtype=_I64).reshape(-1, 6)
+    for name, col in zip(_ID_COLUMNS, cols.T, strict=True):
+        setattr(scan, name, col)
+    ticks, ids, nbytes, packets = cells
+    scan.ticks = np.frombuffer(ticks, dtype=_I64)
+    scan.ids = np.frombuffer(ids, dtype=np.int32).astype(_I64)
+    scan.nbytes = np.frombuffer(nbytes, dtype=_I64)
+    scan.packets = np.frombuffer(packets, dtype=_I64)
+    scan.records = int(scan.packets.sum())
+    if fallback:
+        scan.handed_back = fallback.count(b"\n")
+        text = fallback.decode("utf-8", "replace")
+        rest = scan_text(text, fmt, prefixes, year, boot_wall=boot_wall)
+        scan.parse_errors += rest.parse_errors
+        scan.forged += rest.forged
+        scan.add_rows(rest.rows, tick)
+    return scan
 
 
 def _scan_journal(text: str, prefixes: tuple[str, ...], lines: int) -> ScanResult:

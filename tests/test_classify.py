@@ -1,5 +1,9 @@
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from alarm.classify import EgressClassifier
 from alarm.config import config_from_dict
+from alarm.fastscan import FlowScan
 
 
 def classifier():
@@ -45,3 +49,25 @@ def test_cache_is_bounded_under_destination_churn():
         )
     assert len(c._cache) <= 4
     assert c.cache_clears > 0
+
+
+_idents = st.tuples(
+    st.sampled_from(["10.20.1.1", "10.21.0.1", "fd00::5", "fe80::1", "1.1.1.1"]),
+    st.sampled_from(["TCP", "tcp", "UDP", "ICMP", ""]),
+    st.one_of(st.none(), st.sampled_from([0, 53, 443, 3128, 3130, 3131, 65535])),
+    st.sampled_from(["eth0", "veth9a", "veth", "", "lo"]),
+    st.one_of(st.none(), st.sampled_from([0, 1000, 1001])),
+    st.sampled_from(["EGRESS_FENCE", "EGRESS_FENCE board", "EGRESS_FENCE:"]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(idents=st.lists(_idents, max_size=30))
+def test_columns_classify_as_one_at_a_time(idents):
+    # The backtest classifies whole chunks through classify_columns; the service one flow at
+    # a time through classify.  They must agree on every identity.
+    scan = FlowScan()
+    scan.add_rows([(0.0, p, o, d, 1, pr, dp, u, False) for d, pr, dp, o, u, p in idents], 1.0)
+    names, surface_of = classifier().classify_columns(scan)
+    one = classifier()
+    assert [names[i] for i in surface_of.tolist()] == [one.classify(k) for k in scan.identities()]
