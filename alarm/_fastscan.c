@@ -385,6 +385,8 @@ typedef struct {
     int64_t last_stamp_tick;
     strtab dst_raw;   /* destination as written -> value: index in dsts (-1: invalid) */
     strtab dsts;      /* canonical destinations, as ipaddress prints them */
+    uint64_t *dst_words; /* per canonical destination: IP version, high and low 64 bits */
+    size_t n_dst_words;
     strtab outs, prefixes, protos;
     strtab ids;       /* identity keys */
     celltab cells;
@@ -458,7 +460,7 @@ static int valid_ip(const char *s, Py_ssize_t n)
 /* s[0:n] as ipaddress's ``compressed`` prints it, into out (>= 46 bytes); its length, or -1
  * if it is not plainly valid or is IPv4-mapped (Python versions print those differently:
  * the regex path decides). */
-static int canonical_ip(const char *s, Py_ssize_t n, char *out)
+static int canonical_ip(const char *s, Py_ssize_t n, char *out, uint64_t words[3])
 {
     char buf[72];
     unsigned char a[16];
@@ -469,6 +471,9 @@ static int canonical_ip(const char *s, Py_ssize_t n, char *out)
     if (!memchr(buf, ':', (size_t)n)) {
         if (inet_pton(AF_INET, buf, a) != 1)
             return -1;
+        words[0] = 4;
+        words[1] = 0;
+        words[2] = (uint64_t)a[0] << 24 | (uint64_t)a[1] << 16 | (uint64_t)a[2] << 8 | a[3];
         return snprintf(out, 46, "%u.%u.%u.%u", a[0], a[1], a[2], a[3]);
     }
     if (inet_pton(AF_INET6, buf, a) != 1)
@@ -476,6 +481,10 @@ static int canonical_ip(const char *s, Py_ssize_t n, char *out)
     unsigned w[8];
     for (int i = 0; i < 8; i++)
         w[i] = (unsigned)a[2 * i] << 8 | a[2 * i + 1];
+    words[0] = 6;
+    words[1] = words[2] = 0;
+    for (int i = 0; i < 8; i++)
+        words[1 + i / 4] = words[1 + i / 4] << 16 | w[i];
     if (!w[0] && !w[1] && !w[2] && !w[3] && !w[4] && w[5] == 0xffff)
         return -1; /* Python 3.13 prints IPv4-mapped addresses as ::ffff:1.2.3.4 */
     /* ipaddress._compress_hextets: the first longest run of two or more zero hextets. */
@@ -829,10 +838,18 @@ static int scan_line(scanner *sc, const char *s, const char *e)
     }
     else {
         char canon[48];
-        int n = canonical_ip(dst, dst_len, canon);
+        uint64_t words[3];
+        int n = canonical_ip(dst, dst_len, canon, words);
         dst_index = n < 0 ? -1 : intern(&sc->dsts, canon, (size_t)n);
         if (n >= 0 && dst_index < 0)
             return -1;
+        if (dst_index >= 0 && (size_t)dst_index == sc->n_dst_words) {
+            /* a new canonical destination: its address, for classification by network */
+            if (sc->n_dst_words % 1024 == 0 &&
+                grow((void **)&sc->dst_words, 3 * sizeof(uint64_t), sc->n_dst_words + 1024))
+                return -1;
+            memcpy(sc->dst_words + 3 * sc->n_dst_words++, words, sizeof(words));
+        }
         if (strtab_add(&sc->dst_raw, dst, (size_t)dst_len, hd, slot, dst_index) < 0)
             return -1;
     }
@@ -884,7 +901,8 @@ static PyObject *strings(const strtab *t)
     return list;
 }
 
-/* (lines, forged, fallback, (dsts, outs, prefixes, protos), identities, cells): identities
+/* (lines, forged, fallback, (dsts, outs, prefixes, protos), dst_words, identities, cells):
+ * dst_words: per destination (IP version, high 64 bits, low 64 bits) as uint64; identities
  * as one packed array of 6 int64 columns per row (dst, out, prefix, proto, dpt, uid), cells
  * as packed arrays (tick int64, identity int32, bytes int64, packets int64). */
 static PyObject *build_result(scanner *sc, Py_ssize_t lines, PyObject *fallback)
@@ -912,7 +930,9 @@ static PyObject *build_result(scanner *sc, Py_ssize_t lines, PyObject *fallback)
     }
     const celltab *c = &sc->cells;
     PyObject *res = Py_BuildValue(
-        "(nLONy#(y#y#y#y#))", lines, (long long)sc->forged, fallback, tables,
+        "(nLONy#y#(y#y#y#y#))", lines, (long long)sc->forged, fallback, tables,
+        sc->dst_words ? (const char *)sc->dst_words : "",
+        (Py_ssize_t)(sc->n_dst_words * 3 * sizeof(uint64_t)),
         (const char *)cols, (Py_ssize_t)(n * 6 * sizeof(int64_t)),
         (const char *)c->tick, (Py_ssize_t)(c->n * sizeof(int64_t)),
         (const char *)c->id, (Py_ssize_t)(c->n * sizeof(int32_t)),
@@ -1026,6 +1046,7 @@ done:
     Py_XDECREF(fallback);
     strtab_free(&sc->dst_raw);
     strtab_free(&sc->dsts);
+    free(sc->dst_words);
     strtab_free(&sc->outs);
     strtab_free(&sc->prefixes);
     strtab_free(&sc->protos);

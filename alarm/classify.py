@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 FenceKey = tuple[str, str, int | None, str, int | None, str]  # dst, proto, dpt, out, uid, prefix
 
 
+_LOW64 = (1 << 64) - 1
 Address = tuple[int, int] | None  # (IP version, integer value); None when not an address
 
 
@@ -121,7 +122,6 @@ class EgressClassifier:
         names = [UNCLASSIFIED]
         surface_of = np.zeros(len(scan.id_dst), dtype=np.int64)
         undecided = np.ones(len(scan.id_dst), dtype=bool)
-        addresses: list[Address] | None = None
         for rule in self._rules:
             m = undecided.copy()
             if rule.protos:
@@ -144,16 +144,14 @@ class EgressClassifier:
                 )
                 m &= ok[scan.id_out]
             if rule.networks:
-                if addresses is None:
-                    addresses = [parse_address(d) for d in scan.dsts]
-                ok = np.array(
-                    [
-                        a is not None
-                        and any(v == a[0] and lo <= a[1] <= hi for v, lo, hi in rule.networks)
-                        for a in addresses
-                    ]
-                    + [False]
-                )
+                version, hi, lo = scan.dst_words.T
+                ok = np.zeros(len(scan.dsts) + 1, dtype=bool)
+                for v, first, last in rule.networks:
+                    f_hi, f_lo = np.uint64(first >> 64), np.uint64(first & _LOW64)
+                    l_hi, l_lo = np.uint64(last >> 64), np.uint64(last & _LOW64)
+                    above = (hi > f_hi) | ((hi == f_hi) & (lo >= f_lo))
+                    below = (hi < l_hi) | ((hi == l_hi) & (lo <= l_lo))
+                    ok[:-1] |= (version == v) & above & below
                 m &= ok[scan.id_dst]
             if m.any():
                 names.append(rule.surface)

@@ -18,6 +18,7 @@ Everything is top level and returns plain tuples, so worker processes can run it
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import time
@@ -233,6 +234,9 @@ class FlowScan:
     outs: list[str] = field(default_factory=list)
     prefixes: list[str] = field(default_factory=list)
     protos: list[str] = field(default_factory=list)
+    # Per destination: (IP version, high 64 bits, low 64 bits) of the address (uint64), for
+    # classification by network without parsing text.
+    dst_words: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.uint64))
     id_dst: np.ndarray = field(default_factory=_empty)
     id_out: np.ndarray = field(default_factory=_empty)
     id_prefix: np.ndarray = field(default_factory=_empty)
@@ -323,6 +327,10 @@ class FlowScan:
             acc = flows.setdefault((int(ts // tick), i), [0, 0])
             acc[0] += length
             acc[1] += 1
+        if len(self.dsts) > len(self.dst_words):
+            self.dst_words = np.concatenate(
+                [self.dst_words, address_words(self.dsts[len(self.dst_words) :])]
+            )
         new_rows = np.array(list(known)[n_old:], dtype=_I64).reshape(-1, 6)
         for name, col in zip(_ID_COLUMNS, new_rows.T, strict=True):
             setattr(self, name, np.concatenate([getattr(self, name), col]))
@@ -336,6 +344,21 @@ class FlowScan:
 
     def _id_columns(self) -> list[np.ndarray]:
         return [getattr(self, name) for name in _ID_COLUMNS]
+
+
+def address_words(addresses: list[str]) -> np.ndarray:
+    """(version, high 64 bits, low 64 bits) of each address as uint64 rows; version 0 for
+    a text that is not an address (no network contains it)."""
+    rows = []
+    for text in addresses:
+        try:
+            addr = ipaddress.ip_address(text)
+        except ValueError:
+            rows.append((0, 0, 0))
+            continue
+        value = int(addr)
+        rows.append((addr.version, value >> 64, value & 0xFFFFFFFFFFFFFFFF))
+    return np.array(rows, dtype=np.uint64).reshape(-1, 3)
 
 
 # The order of the native scanner's identity columns.
@@ -369,11 +392,12 @@ def scan_flows(
         scan = FlowScan(lines=result.lines, parse_errors=result.parse_errors, forged=result.forged)
         scan.add_rows(result.rows, tick)
         return scan
-    lines, forged, fallback, tables, id_rows, cells = _native.scan_flows(
+    lines, forged, fallback, tables, words, id_rows, cells = _native.scan_flows(
         data, _NATIVE_FORMATS[fmt], tuple(p.encode() for p in prefixes), year, tick, boot_wall
     )
     scan = FlowScan(lines=lines, forged=forged, native=True)
     scan.dsts, scan.outs, scan.prefixes, scan.protos = tables
+    scan.dst_words = np.frombuffer(words, dtype=np.uint64).reshape(-1, 3)
     cols = np.frombuffer(id_rows, dtype=_I64).reshape(-1, 6)
     for name, col in zip(_ID_COLUMNS, cols.T, strict=True):
         setattr(scan, name, col)

@@ -7,6 +7,7 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -15,6 +16,7 @@ from test_netfilter import fence_lines
 from alarm.fastscan import (
     FlowScan,
     ScanResult,
+    address_words,
     iter_chunks,
     native_available,
     scan_flows,
@@ -309,6 +311,8 @@ def assert_native_same(text: str, fmt: str, tick: float, boot_wall: float = 0.0)
     want = scan_flows(data, fmt, PFX, tick, YEAR, boot_wall=boot_wall, native=False)
     assert got.native and not want.native
     assert got.flows() == want.flows()
+    # The addresses the native scanner hands over for classification by network.
+    assert np.array_equal(got.dst_words, address_words(got.dsts))
     assert (got.lines, got.records, got.parse_errors, got.forged) == (
         want.lines,
         want.records,
