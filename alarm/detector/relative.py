@@ -105,44 +105,62 @@ class RelativeBank:
         self.slot_start = np.zeros(n, dtype=f32)
         self.slot_at = np.full(n, -1, dtype=np.int64)  # that occurrence: start // SLOT
         # Last tick's figures (for alerts), per row.
-        self.allowance = np.full(n, np.inf)  # score per tick
+        self._allow = np.zeros(n)  # score per tick
+        self._judged = np.zeros(n, dtype=bool)
         self.threshold = np.full(n, np.inf)  # H, score
         self.mu = np.zeros(n)
+        self._around = np.zeros(n, dtype=f32)  # max level of the current slot's neighbours
+        self._around_slot = -1
 
     def nbytes(self) -> int:
         return sum(getattr(self, a).nbytes for a in self.STATE)
 
     def update(self, bits: np.ndarray, start: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One tick that began at ``start``.  Returns (projected S/H, S/H, judged)."""
+        f32 = np.float32
         g = score(bits)
         s = int((start % DAY) // SLOT)
-        mu = np.full(g.size, -np.inf, dtype=np.float32)
-        for slot in ((s - 1) % SLOTS, s, (s + 1) % SLOTS):
-            ok = self.level_n[slot] >= self.slot_ticks
-            np.maximum(mu, np.where(ok, self.level[slot], -np.inf), out=mu)
-        judged = self.enabled & np.isfinite(mu) & (self.count >= self.min_ticks)
-        mu64 = np.where(judged, mu, 0.0).astype(np.float64)
-        allow = np.maximum(self.ratio * mu64, self.min_allow)
-        ex = self.ex.astype(np.float64)
-        scale = np.where(ex > 0, self.ex2 / np.where(ex > 0, ex, 1.0), 0.0)
-        np.maximum(scale, SCORE_FLOOR, out=scale)
-        np.maximum(scale, g, out=scale)
-        h = self.tolerance_scale * scale
+        # The neighbours' levels do not change during the hour (only the current slot learns):
+        # their maximum is taken once per hour.
+        if self._around_slot != s:
+            self._around = np.full(g.size, -np.inf, dtype=f32)
+            for slot in ((s - 1) % SLOTS, (s + 1) % SLOTS):
+                ok = self.level_n[slot] >= self.slot_ticks
+                np.maximum(self._around, np.where(ok, self.level[slot], -np.inf), out=self._around)
+            self._around_slot = s
+        ok = self.level_n[s] >= self.slot_ticks
+        mu = np.where(ok, self.level[s], -np.inf)
+        np.maximum(mu, self._around, out=mu)
+        judged = np.isfinite(mu)
+        judged &= self.enabled
+        judged &= self.count >= self.min_ticks
+        mu[~judged] = 0.0
+        allow = mu * self.ratio
+        np.maximum(allow, self.min_allow, out=allow)
+        scale = np.divide(self.ex2, self.ex, out=np.zeros(g.size, f32), where=self.ex > 0)
+        h = np.maximum(scale, SCORE_FLOOR)
+        np.maximum(h, g, out=h)
+        h *= self.tolerance_scale
 
         before = self.excess
-        after = np.where(judged, np.maximum(before + g - allow, 0.0), 0.0)
+        after = before + g
+        after -= allow
+        np.maximum(after, 0.0, out=after)
+        after *= judged
         step = after - before
         ratio = after / h
         projected = np.minimum(step, self.last_step)
         np.maximum(projected, 0.0, out=projected)
         projected += after
         projected /= h
-        self.run_bits = np.where(after > 0, self.run_bits + bits, 0.0)
+        self.run_bits += bits
+        self.run_bits *= after > 0
         self.excess = after
         self.last_step = step
-        self.allowance = np.where(judged, allow, np.inf)
+        self._allow = allow
+        self._judged = judged
         self.threshold = h
-        self.mu = mu64
+        self.mu = mu
         self._learn(g, s, start)
         return projected, ratio, judged
 
@@ -173,8 +191,8 @@ class RelativeBank:
     def figures(self, row: int) -> dict[str, Any]:
         """The rule's figures for one row, in bits (what the last tick was judged by)."""
         t = self.tick
-        allow = float(self.allowance[row])
-        judged = math.isfinite(allow)
+        allow = float(self._allow[row])
+        judged = bool(self._judged[row])
         return {
             "judged": judged,
             "seasonal_level_bits_per_second": float(score_to_bits(self.mu[row])) / t,

@@ -11,7 +11,8 @@ Mapping (documented in docs/nab.md):
   a rule, from rows that are not scored, so the floor can be set in the series' own terms:
   ``SpikeSettings.floor`` is a fraction of that probation mean (0 = no floor).
 - tick = the series' step (median difference of timestamps), so that each row is one tick.
-- the capacity budget is disabled by a huge allowance: bits/s are meaningless for NAB's values.
+- the capacity budget is disabled by a huge allowance, the seasonal budget switched off: bits/s
+  are meaningless for NAB's values.
 - a row's anomaly score is 0, except on the row whose tick an alert fires on: 1.0 in the
   "binary" reading; 1 - threshold / value in the "graded" one, so that NAB's threshold sweep
   can prefer strong firings over marginal ones.
@@ -38,8 +39,13 @@ SURFACE = "s"
 # What the probation mean of every series becomes, in bytes/s: large enough that a thousandth
 # of it is still hundreds of bytes per tick, so integer rounding is negligible.
 REFERENCE_RATE = 1e6
-# An allowance no NAB series comes near: the budget rule never accumulates excess.
-NO_BUDGET = {"allowance_bits_per_second": 1e30, "tolerance_bits": 1e30}
+# An allowance no NAB series comes near: the budget rule never accumulates excess; the
+# seasonal budget is off too (NAB's values are not bits, and only spike alerts are scored).
+NO_BUDGET = {
+    "allowance_bits_per_second": 1e30,
+    "tolerance_bits": 1e30,
+    "relative": {"enabled": False},
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +59,8 @@ class SpikeSettings:
     resolve_hold: float = 30.0
     hysteresis: float = 0.8
     floor: float = 0.0  # as a fraction of the series' probation mean (see module doc)
+    max_ratio: float = 8.0  # the detector's default
+    seasonal_window: float = 900.0  # seconds either side of the slot; the detector's default
 
     def rule(self) -> dict[str, float]:
         return {
@@ -64,6 +72,8 @@ class SpikeSettings:
             "hold": 0.0,  # fire on the first breaching tick: NAB rewards early detection
             "resolve_hold": self.resolve_hold,
             "hysteresis": self.hysteresis,
+            "max_ratio": max(self.max_ratio, self.min_ratio),
+            "seasonal_window": self.seasonal_window,
         }
 
     def label(self) -> str:
@@ -71,7 +81,8 @@ class SpikeSettings:
             f"z={self.z:g} min_ratio={self.min_ratio:g} history={self.history / 3600:g}h "
             f"min_history={min(self.min_history, self.history) / 3600:g}h "
             f"resolve_hold={self.resolve_hold / 60:g}m hysteresis={self.hysteresis:g} "
-            f"floor={self.floor:g}x probation mean, hold=0"
+            f"floor={self.floor:g}x probation mean max_ratio={self.max_ratio:g} "
+            f"seasonal_window={self.seasonal_window / 60:g}m, hold=0"
         )
 
 
