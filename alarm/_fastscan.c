@@ -154,6 +154,30 @@ static int32_t *new_slots(size_t n)
     return s;
 }
 
+/* The first empty slot on h's probe sequence. */
+static inline size_t free_slot(const int32_t *slots, size_t mask, uint64_t h)
+{
+    size_t i = (size_t)h & mask;
+    while (slots[i] >= 0)
+        i = (i + 1) & mask;
+    return i;
+}
+
+/* Replace *slots by 2 * cap slots indexing entries 0..n-1 by their hashes; -1 if out of
+ * memory (the old index is kept). */
+static int reindex(int32_t **slots, size_t *mask, size_t cap, const uint64_t *hashes, size_t n)
+{
+    int32_t *fresh = new_slots(2 * cap);
+    if (!fresh)
+        return -1;
+    free(*slots);
+    *slots = fresh;
+    *mask = 2 * cap - 1;
+    for (size_t k = 0; k < n; k++)
+        fresh[free_slot(fresh, *mask, hashes[k])] = (int32_t)k;
+    return 0;
+}
+
 static int grow(void **p, size_t elem, size_t cap)
 {
     void *q = realloc(*p, elem * cap);
@@ -222,21 +246,9 @@ static int32_t strtab_add(strtab *t, const char *key, size_t n, uint64_t h, size
             grow((void **)&t->value, sizeof(int32_t), cap))
             return -1;
         t->ncap = cap;
-        int32_t *slots = new_slots(2 * cap);
-        if (!slots)
+        if (reindex(&t->slots, &t->mask, cap, t->hash, t->n))
             return -1;
-        free(t->slots);
-        t->slots = slots;
-        t->mask = 2 * cap - 1;
-        for (size_t k = 0; k < t->n; k++) {
-            size_t j = (size_t)t->hash[k] & t->mask;
-            while (t->slots[j] >= 0)
-                j = (j + 1) & t->mask;
-            t->slots[j] = (int32_t)k;
-        }
-        slot = (size_t)h & t->mask;
-        while (t->slots[slot] >= 0)
-            slot = (slot + 1) & t->mask;
+        slot = free_slot(t->slots, t->mask, h);
     }
     while (t->len + n > t->cap) {
         if (grow((void **)&t->arena, 1, t->cap * 2))
@@ -267,6 +279,7 @@ static int32_t intern(strtab *t, const char *key, size_t n)
 typedef struct {
     int64_t *tick;
     int32_t *id;
+    uint64_t *hash;
     int64_t *bytes;
     int64_t *packets;
     size_t n, cap;
@@ -278,6 +291,7 @@ static void celltab_free(celltab *t)
 {
     free(t->tick);
     free(t->id);
+    free(t->hash);
     free(t->bytes);
     free(t->packets);
     free(t->slots);
@@ -290,26 +304,28 @@ static int celltab_init(celltab *t)
     t->cap = 4096;
     t->tick = malloc(t->cap * sizeof(int64_t));
     t->id = malloc(t->cap * sizeof(int32_t));
+    t->hash = malloc(t->cap * sizeof(uint64_t));
     t->bytes = malloc(t->cap * sizeof(int64_t));
     t->packets = malloc(t->cap * sizeof(int64_t));
     t->mask = 2 * t->cap - 1;
     t->slots = new_slots(t->mask + 1);
-    if (!t->tick || !t->id || !t->bytes || !t->packets || !t->slots) {
+    if (!t->tick || !t->id || !t->hash || !t->bytes || !t->packets || !t->slots) {
         celltab_free(t);
         return -1;
     }
     return 0;
 }
 
-static inline size_t cell_hash(int64_t tick, int32_t id)
+static inline uint64_t cell_hash(int64_t tick, int32_t id)
 {
     uint64_t h = (uint64_t)tick * 0x9E3779B97F4A7C15ULL ^ ((uint64_t)(uint32_t)id * 0xC2B2AE3D27D4EB4FULL);
-    return (size_t)(h ^ (h >> 29));
+    return h ^ (h >> 29);
 }
 
 static int add_cell(celltab *t, int64_t tick, int32_t id, int64_t nbytes)
 {
-    size_t i = cell_hash(tick, id) & t->mask;
+    uint64_t h = cell_hash(tick, id);
+    size_t i = (size_t)h & t->mask;
     for (;;) {
         int32_t c = t->slots[i];
         if (c < 0)
@@ -325,29 +341,19 @@ static int add_cell(celltab *t, int64_t tick, int32_t id, int64_t nbytes)
         size_t cap = t->cap * 2;
         if (grow((void **)&t->tick, sizeof(int64_t), cap) ||
             grow((void **)&t->id, sizeof(int32_t), cap) ||
+            grow((void **)&t->hash, sizeof(uint64_t), cap) ||
             grow((void **)&t->bytes, sizeof(int64_t), cap) ||
             grow((void **)&t->packets, sizeof(int64_t), cap))
             return -1;
         t->cap = cap;
-        int32_t *slots = new_slots(2 * cap);
-        if (!slots)
+        if (reindex(&t->slots, &t->mask, cap, t->hash, t->n))
             return -1;
-        free(t->slots);
-        t->slots = slots;
-        t->mask = 2 * cap - 1;
-        for (size_t k = 0; k < t->n; k++) {
-            size_t j = cell_hash(t->tick[k], t->id[k]) & t->mask;
-            while (t->slots[j] >= 0)
-                j = (j + 1) & t->mask;
-            t->slots[j] = (int32_t)k;
-        }
-        i = cell_hash(tick, id) & t->mask;
-        while (t->slots[i] >= 0)
-            i = (i + 1) & t->mask;
+        i = free_slot(t->slots, t->mask, h);
     }
     int32_t c = (int32_t)t->n++;
     t->tick[c] = tick;
     t->id[c] = id;
+    t->hash[c] = h;
     t->bytes[c] = nbytes;
     t->packets[c] = 1;
     t->slots[i] = c;

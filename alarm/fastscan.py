@@ -22,7 +22,7 @@ import ipaddress
 import json
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -453,23 +453,3 @@ def _scan_journal(text: str, prefixes: tuple[str, ...], lines: int) -> ScanResul
         )
         result.rows.append(row)
     return result
-
-
-def iter_chunks(path: str, chunk_bytes: int = 8 << 20) -> Iterator[str]:
-    """The file as text chunks of about ``chunk_bytes`` that end on line boundaries (the
-    partial last line is carried into the next chunk), so each can go to a worker."""
-    with open(path, "rb") as fh:
-        carry = b""
-        while True:
-            data = fh.read(chunk_bytes)
-            if not data:
-                break
-            data = carry + data
-            cut = data.rfind(b"\n") + 1
-            if cut == 0:  # one line longer than a chunk: keep reading
-                carry = data
-                continue
-            carry = data[cut:]
-            yield data[:cut].decode("utf-8", "replace")
-        if carry:
-            yield carry.decode("utf-8", "replace")

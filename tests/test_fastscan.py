@@ -17,7 +17,6 @@ from alarm.fastscan import (
     FlowScan,
     ScanResult,
     address_words,
-    iter_chunks,
     native_available,
     scan_flows,
     scan_text,
@@ -194,20 +193,6 @@ def test_journal_json_path() -> None:
         (1764529625.0, "EGRESS_FENCE", "lo", "127.0.0.1", 92, "UDP", 53, None, True)
     ]
     assert (got.forged, got.parse_errors, got.lines) == (1, 1, 4)
-
-
-def test_iter_chunks_ends_on_line_boundaries(tmp_path: Path) -> None:
-    lines = [f"line {i} " + "x" * (i % 50) for i in range(3000)]
-    path = tmp_path / "k.log"
-    path.write_text("\n".join(lines))  # no final newline
-    chunks = list(iter_chunks(str(path), chunk_bytes=1000))
-    assert len(chunks) > 10
-    assert all(c.endswith("\n") for c in chunks[:-1])
-    assert "".join(chunks).split("\n") == lines
-    # A line longer than a chunk is carried whole.
-    path.write_text("a" * 5000 + "\nb\n")
-    chunks = list(iter_chunks(str(path), chunk_bytes=1000))
-    assert "".join(chunks) == "a" * 5000 + "\nb\n" and all(c.endswith("\n") for c in chunks)
 
 
 # --- hypothesis: agreement on generated kernel lines, clean and mutated ------------------
