@@ -82,9 +82,21 @@ class SpikeRule(_Strict):
     # How fast the baseline may learn upward: at most this factor per day (per week for the
     # weekly profile), so a patient attacker cannot walk it up faster than that.
     max_learn_up: float = Field(4.0, gt=1)
+    # Re-announce a firing spike when the rate passes this factor x the rate last announced
+    # ("the leak got bigger"); 0 = never.  Off by default: one page per incident.
+    escalate_ratio: float = Field(0.0, ge=0)
+    # The opposite alarm, rule ``drop``: the rate stayed below baseline / drop_ratio, with at
+    # least floor_bytes_per_second missing, for drop_hold.  A surface that stops writing what
+    # it always writes may have been routed around (or its records lost).  0 = off.
+    drop_ratio: float = Field(0.0, ge=0)
+    drop_hold: Duration = 3600.0
 
     @model_validator(mode="after")
     def _ratios(self) -> SpikeRule:
+        if 0 < self.escalate_ratio <= 1:
+            raise ValueError("escalate_ratio must be 0 (off) or above 1")
+        if 0 < self.drop_ratio <= 1:
+            raise ValueError("drop_ratio must be 0 (off) or above 1")
         if self.max_ratio < self.min_ratio:
             raise ValueError("max_ratio must be at least min_ratio")
         return self

@@ -62,6 +62,7 @@ def pagerduty_event(
         "value": doc["value"],
         "threshold": doc["threshold"],
         "repeat": doc["repeat"],
+        "escalated": doc["escalated"],
         "notification_id": row.idem_key,
     }
     return {

@@ -143,6 +143,7 @@ def alert_document(
         "fingerprint": change.get("fingerprint"),
         "status": state,
         "repeat": note.get("event") == "repeat",
+        "escalated": note.get("event") == "escalated",
         "severity": note.get("severity"),
         "target_type": next((k for k in ("surface", "source", "service") if k in change), ""),
         "target": sanitize(target_of(change), 64),

@@ -6,6 +6,8 @@ decisions together with the rows they produce.
 
 - **One notification per state change**: only ``firing`` and ``resolved`` are announced; a
   destination is sent a state it was not already sent.
+- **Escalation**: a firing alert re-announced by the detector (its rate passed the one it
+  fired with by the rule's ``escalate_ratio``) is sent once more, at once, as ``escalated``.
 - **Repeat**: an alert that stays firing is sent again every ``repeat_interval`` (Alertmanager
   needs this so its alerts never expire; a pager gets a reminder), unless a notification for it
   is still queued — that one refreshes the receiver anyway.
@@ -121,7 +123,8 @@ def decide(
     now: float,
     queued: Callable[[], bool],
 ) -> str | None:
-    """What to queue for this destination now: 'firing', 'repeat', 'resolved' or None."""
+    """What to queue for this destination now: 'firing', 'escalated', 'repeat', 'resolved' or
+    None."""
     if not matches(route.filter, memory.change, severity):
         return None
     if flapping(memory, flap, now):
@@ -133,6 +136,8 @@ def decide(
         if last != "firing":
             return "firing"
         assert sent is not None
+        if memory.change.get("figures", {}).get("escalated") and memory.changed > sent.at:
+            return "escalated"
         if route.repeat_interval > 0 and now - sent.at >= route.repeat_interval and not queued():
             return "repeat"
         return None

@@ -43,6 +43,8 @@ def slack_message(row: Row, links: LinkSet, top: int, now: float) -> dict[str, A
     title = f"{ICONS.get(state, '')} {doc['title']}".strip()
     if doc["repeat"]:
         title += " (still firing)"
+    elif doc["escalated"]:
+        title += " (escalated)"
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": title[:HEADER_MAX]}},
         {

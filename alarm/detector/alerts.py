@@ -149,7 +149,7 @@ class AlertBank:
     breached or not at rest are touched, so a quiet tick costs a couple of vector passes.
     """
 
-    STATE = ("state", "started_at", "pending_since", "clear_since")
+    STATE = ("state", "started_at", "pending_since", "clear_since", "peak")
 
     def __init__(self, targets: list[str], rule: str, hold: np.ndarray, resolve_hold: np.ndarray):
         n = len(targets)
@@ -161,6 +161,7 @@ class AlertBank:
         self.started_at = np.zeros(n)
         self.pending_since = np.zeros(n)
         self.clear_since = np.full(n, np.nan)  # NaN: not clearing
+        self.peak = np.zeros(n)  # the value last announced as firing (see escalations)
 
     def nbytes(self) -> int:
         return sum(getattr(self, name).nbytes for name in self.STATE)
@@ -209,6 +210,22 @@ class AlertBank:
             (int(r), AlertState(int(p)), AlertState(int(q)))
             for r, p, q in zip(rows[changed], st[changed], report[changed], strict=True)
         ]
+
+    def escalations(
+        self,
+        values: np.ndarray,
+        ratio: np.ndarray,
+        changes: list[tuple[int, AlertState, AlertState]],
+    ) -> list[int]:
+        """Rows to re-announce: firing, not announced this tick, and ``values`` above ``ratio``
+        x the value last announced (``ratio`` inf: never).  Remembers what is announced."""
+        fired = [r for r, _, new in changes if new == AlertState.FIRING]
+        self.peak[fired] = values[fired]
+        firing = self.state == AlertState.FIRING
+        firing[fired] = False
+        rows = np.flatnonzero(firing & (values / ratio > self.peak))  # inf ratio: 0, never
+        self.peak[rows] = values[rows]
+        return rows.tolist()
 
     def row_state(self, row: int) -> dict:
         cs = float(self.clear_since[row])

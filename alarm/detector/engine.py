@@ -22,7 +22,7 @@ from alarm.detector.alerts import AlertBank, AlertChange, AlertMachine, AlertSta
 from alarm.detector.budget import BudgetBank
 from alarm.detector.relative import RelativeBank
 from alarm.detector.rows import AGGREGATE, plan_rows
-from alarm.detector.seasonal import SeasonalBaseline
+from alarm.detector.seasonal import Prediction, SeasonalBaseline
 from alarm.detector.views import SurfaceFigures, SurfaceMap
 from alarm.surfaces import SurfaceKey, TickTotals
 
@@ -58,6 +58,17 @@ class Detector:
             np.array([r.resolve_hold for r in plan.spike]),
         )
         self._spike_hyst = np.array([r.hysteresis for r in plan.spike])
+        self._escalate = np.array([r.escalate_ratio for r in plan.spike], dtype=np.float64)
+        self._escalate[self._escalate <= 0] = np.inf
+        self._drop = np.array([r.drop_ratio if r.enabled else 0.0 for r in plan.spike])
+        self._drop_floor = np.array([r.floor_bytes_per_second for r in plan.spike])
+        self.drop_alerts = AlertBank(
+            self.targets,
+            "drop",
+            np.array([r.drop_hold for r in plan.spike]),
+            np.array([r.resolve_hold for r in plan.spike]),
+        )
+        self._drop_threshold = np.zeros(n)
         self.budget_alerts = AlertBank(
             self.targets,
             "budget",
@@ -143,16 +154,35 @@ class Detector:
             self._suppress_aggregates(budget_breach)
 
         changes: list[AlertChange] = []
-        for row, prev, new in self.spike_alerts.step(
+        spike_changes = self.spike_alerts.step(
             now, tick, spike_breach, rate <= p.threshold * self._spike_hyst
-        ):
+        )
+        for row, prev, new in spike_changes:
             changes.append(self._change(row, "spike", prev, new, now, contributors))
+        for row in self.spike_alerts.escalations(rate, self._escalate, spike_changes):
+            changes.append(
+                self._change(row, "spike", AlertState.FIRING, AlertState.FIRING, now, contributors)
+            )
+        if self._drop.any():
+            changes += self._drops(now, tick, rate, p, contributors)
         for row, prev, new in self.budget_alerts.step(
             now, tick, budget_breach, ratio <= self._budget_hyst
         ):
             changes.append(self._change(row, "budget", prev, new, now, contributors))
         self.baseline.learn(rate, p)
         return changes
+
+    def _drops(
+        self, now: float, tick: float, rate: np.ndarray, p: Prediction, contributors: Contributors
+    ) -> list[AlertChange]:
+        """The drop rule: rate below baseline / drop_ratio with at least the floor missing."""
+        thr = np.divide(p.baseline, self._drop, out=np.zeros(rate.size), where=self._drop > 0)
+        self._drop_threshold = thr
+        breach = p.ready & (rate < thr) & (p.baseline - rate >= self._drop_floor)
+        return [
+            self._change(row, "drop", prev, new, now, contributors)
+            for row, prev, new in self.drop_alerts.step(now, tick, breach, rate >= thr)
+        ]
 
     def _sum_by_aggregate(self, values: np.ndarray) -> np.ndarray:
         return np.bincount(self._agg_index, weights=values, minlength=self._agg_count + 1)[
@@ -232,7 +262,13 @@ class Detector:
         aggregate = row >= self.members
         if aggregate:
             figures["members"] = len(self.aggregates[self.keys[row]])
-        if rule == "spike":
+        if rule == "drop":
+            value, threshold = f.rate, float(self._drop_threshold[row])
+            what = (
+                f"wrote {f.rate:,.0f} B/s against a baseline of {f.baseline:,.0f} B/s "
+                f"(below {threshold:,.0f} B/s: most of what it usually writes is missing)"
+            )
+        elif rule == "spike":
             value, threshold = f.rate, float(self._threshold[row])
             ratio = f.rate / f.baseline if f.baseline > 0 else float("inf")
             what = (
@@ -254,7 +290,10 @@ class Detector:
                 f"bit/s (tolerance {tol:,.0f} bits)"
             )
         state = _state_name(new)
-        bank = self.spike_alerts if rule == "spike" else self.budget_alerts
+        if prev == new == AlertState.FIRING:
+            figures["escalated"] = True
+            what += " — escalated"
+        bank = {"spike": self.spike_alerts, "drop": self.drop_alerts}.get(rule, self.budget_alerts)
         who = f"all {kind} surfaces" if aggregate else f"{kind} surface {name}"
         summary = f"{who} {what}" + ("" if state != "resolved" else " — resolved")
         evidence: list[tuple[str, int]] = []
@@ -352,7 +391,7 @@ class Detector:
 
     def firing(self) -> list[tuple[str, str, str]]:
         out = []
-        for bank in (self.spike_alerts, self.budget_alerts):
+        for bank in (self.spike_alerts, self.budget_alerts, self.drop_alerts):
             for row in np.flatnonzero(bank.state == AlertState.FIRING):
                 out.append((bank.targets[row], bank.rule, bank.fingerprint(int(row))))
         for m in self.source_alerts.values():
@@ -367,6 +406,7 @@ class Detector:
         out |= {f"relative.{a}": getattr(self.relative, a) for a in RelativeBank.STATE}
         out |= {f"spike_alerts.{a}": getattr(self.spike_alerts, a) for a in AlertBank.STATE}
         out |= {f"budget_alerts.{a}": getattr(self.budget_alerts, a) for a in AlertBank.STATE}
+        out |= {f"drop_alerts.{a}": getattr(self.drop_alerts, a) for a in AlertBank.STATE}
         return out
 
     def memory_bytes(self) -> int:
@@ -386,6 +426,7 @@ class Detector:
             + self.relative.nbytes()
             + self.spike_alerts.nbytes()
             + self.budget_alerts.nbytes()
+            + self.drop_alerts.nbytes()
             + sum(a.nbytes for a in figures)
         )
 

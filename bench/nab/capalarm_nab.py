@@ -61,6 +61,9 @@ class SpikeSettings:
     floor: float = 0.0  # as a fraction of the series' probation mean (see module doc)
     max_ratio: float = 8.0  # the detector's default
     seasonal_window: float = 900.0  # seconds either side of the slot; the detector's default
+    escalate_ratio: float = 0.0  # re-announce at this factor x the rate announced; 0 = off
+    drop_ratio: float = 0.0  # the drop rule (rate below baseline / ratio); 0 = off
+    drop_hold: float = 3600.0
 
     def rule(self) -> dict[str, float]:
         return {
@@ -74,6 +77,9 @@ class SpikeSettings:
             "hysteresis": self.hysteresis,
             "max_ratio": max(self.max_ratio, self.min_ratio),
             "seasonal_window": self.seasonal_window,
+            "escalate_ratio": self.escalate_ratio,
+            "drop_ratio": self.drop_ratio,
+            "drop_hold": self.drop_hold,
         }
 
     def label(self) -> str:
@@ -82,7 +88,9 @@ class SpikeSettings:
             f"min_history={min(self.min_history, self.history) / 3600:g}h "
             f"resolve_hold={self.resolve_hold / 60:g}m hysteresis={self.hysteresis:g} "
             f"floor={self.floor:g}x probation mean max_ratio={self.max_ratio:g} "
-            f"seasonal_window={self.seasonal_window / 60:g}m, hold=0"
+            f"seasonal_window={self.seasonal_window / 60:g}m "
+            f"escalate_ratio={self.escalate_ratio:g} drop_ratio={self.drop_ratio:g} "
+            f"drop_hold={self.drop_hold / 60:g}m, hold=0"
         )
 
 
@@ -163,7 +171,8 @@ def run_series(series: Series, settings: SpikeSettings) -> SeriesRun:
     firings = 0
     for line in out.getvalue().splitlines():
         change = json.loads(line)
-        if change.get("surface") != SURFACE or change.get("rule") != "spike":
+        rule = change.get("rule")
+        if change.get("surface") != SURFACE or rule not in ("spike", "drop"):
             continue
         if change.get("state") != "firing":
             continue
@@ -173,7 +182,10 @@ def run_series(series: Series, settings: SpikeSettings) -> SeriesRun:
         firings += 1
         value, threshold = float(change["value"]), float(change["threshold"])
         binary[row] = 1.0
-        graded[row] = 1.0 - threshold / value if value > 0 else 1.0
+        if rule == "drop":  # fired below the threshold: graded by how far below
+            graded[row] = max(graded[row], 1.0 - value / threshold if threshold > 0 else 1.0)
+        else:
+            graded[row] = max(graded[row], 1.0 - threshold / value if value > 0 else 1.0)
     return SeriesRun(
         name=series.name,
         binary=binary,
