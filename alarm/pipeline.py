@@ -232,6 +232,9 @@ class SurfaceView:
     contributors_error: int
     # Every budget horizon: (name, allowance bit/s, tolerance bits, excess bits).
     budget_horizons: list[tuple[str, float, float, float]] = field(default_factory=list)
+    seasonal_ratio: float = 0.0
+    seasonal_judged: bool = False
+    drop_state: int | None = None  # None: the drop rule is off for this surface
 
 
 @dataclass(slots=True)
@@ -297,6 +300,9 @@ def take_snapshot(pipeline: Pipeline, now: float, top: int) -> Snapshot:
                 contributors=s.hitters.top(top) if s is not None else [],
                 contributors_error=s.hitters.error if s is not None else 0,
                 budget_horizons=f.horizons,
+                seasonal_ratio=f.seasonal_ratio,
+                seasonal_judged=f.seasonal_judged,
+                drop_state=None if d.drop_alert is None else int(d.drop_alert.state),
             )
         )
     return Snapshot(

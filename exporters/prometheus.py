@@ -113,6 +113,18 @@ def _families(snap: Snapshot, notifiers: Sequence[NotifierView]) -> Iterable[Met
                 fam.add_metric([s.name, s.kind, horizon[0]], float(horizon[index]) * bits)
         yield fam
 
+    yield gauge(
+        "seasonal_budget_ratio",
+        "Seasonal budget: its CUSUM over its tolerance (the budget alert fires above 1; 0 while "
+        "it does not judge).",
+        "seasonal_ratio",
+    )
+    yield gauge(
+        "seasonal_budget_judged",
+        "1 when the seasonal budget judges the surface (a day of history, a ready hour).",
+        "seasonal_judged",
+    )
+
     state = GaugeMetricFamily(
         "capalarm_alert_state",
         "Alert state per surface or source and rule: 0 inactive, 1 pending, 2 firing.",
@@ -121,6 +133,8 @@ def _families(snap: Snapshot, notifiers: Sequence[NotifierView]) -> Iterable[Met
     for s in snap.surfaces:
         state.add_metric(["surface", s.name, s.kind, "spike"], s.spike_state)
         state.add_metric(["surface", s.name, s.kind, "budget"], s.budget_state)
+        if s.drop_state is not None:
+            state.add_metric(["surface", s.name, s.kind, "drop"], s.drop_state)
     for source, rule, st in snap.source_alerts:
         state.add_metric(["source", source, "source", rule], st)
     yield state

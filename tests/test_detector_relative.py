@@ -93,6 +93,9 @@ def test_a_10_bit_per_second_drip_at_midday_is_caught_within_an_hour():
     assert seasonal["judged"] and seasonal["carried_bits"] >= 8 * 75
     assert "usually carries at this hour" in c.summary
     json.dumps(c.figures, allow_nan=False)  # figures stay valid JSON for every notifier
+    # What the capalarm_surface_seasonal_budget_* gauges show: the drip still runs, past 1.
+    f = d.surfaces[KEYS[0]].figures
+    assert f.seasonal_judged and f.seasonal_ratio > 1
 
 
 def test_the_boards_own_traffic_never_fires_the_seasonal_rule():

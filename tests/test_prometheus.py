@@ -87,6 +87,8 @@ async def test_prometheus_scrapes_exact_bytes_and_promtool_is_clean(tmp_path):
             ["promtool", "check", "metrics"], input=body, capture_output=True, text=True
         )
         assert check.returncode == 0 and not check.stdout.strip(), check.stdout + check.stderr
+        # The seasonal budget has its gauges; it does not judge before a day of history.
+        assert 'capalarm_surface_seasonal_budget_judged{kind="egress",surface="proxy"} 0.0' in body
 
         prom_port = free_port()
         (tmp_path / "prometheus.yml").write_text(

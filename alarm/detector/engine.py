@@ -222,7 +222,12 @@ class Detector:
             budget_allowance=k0,
             budget_tolerance=h0,
             horizons=horizons,
+            seasonal_ratio=float(self.relative.excess[row] / self.relative.threshold[row]),
+            seasonal_judged=bool(self.relative._judged[row]),
         )
+
+    def drop_on(self, row: int) -> bool:
+        return bool(self._drop[row] > 0)
 
     def _change(
         self,

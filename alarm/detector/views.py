@@ -28,6 +28,9 @@ class SurfaceFigures:
     budget_tolerance: float = 0.0
     # Every horizon: (name, allowance bit/s, tolerance bits, excess bits).
     horizons: list[tuple[str, float, float, float]] = field(default_factory=list)
+    # The seasonal budget: its CUSUM over its tolerance (fires above 1; 0 when not judging).
+    seasonal_ratio: float = 0.0
+    seasonal_judged: bool = False
 
 
 class AlertView:
@@ -79,6 +82,11 @@ class SurfaceDetector:
     @property
     def budget_alert(self) -> AlertView:
         return AlertView(self._det.budget_alerts, self.row)
+
+    @property
+    def drop_alert(self) -> AlertView | None:
+        """None where the drop rule is off."""
+        return AlertView(self._det.drop_alerts, self.row) if self._det.drop_on(self.row) else None
 
 
 class SurfaceMap(Mapping[SurfaceKey, SurfaceDetector]):
