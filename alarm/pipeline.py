@@ -182,10 +182,12 @@ class Pipeline:
         return TickResult(end, changes)
 
     # -- state -------------------------------------------------------------------------
-    def to_state(self) -> dict[str, Any]:
+    def to_state(self, detector: bool = True) -> dict[str, Any]:
+        """The state as JSON; ``detector=False`` leaves the detector out (the service saves
+        its arrays raw, see StateStore)."""
         return {
             "surfaces": self.table.to_state(),
-            "detector": self.detector.to_state(),
+            **({"detector": self.detector.to_state()} if detector else {}),
             "positions": dict(self.positions),
             "sources": {
                 n: {

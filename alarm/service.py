@@ -109,6 +109,10 @@ def build_collector(src: SourceConfig, position: dict[str, Any] | None) -> Colle
     )
 
 
+# The slow state save may take at most 1/SLOW_SAVE_FACTOR of the pipeline thread's time.
+SLOW_SAVE_FACTOR = 20.0
+
+
 class Service:
     def __init__(
         self,
@@ -123,6 +127,11 @@ class Service:
         self.pipeline = Pipeline(config)
         self.store = StateStore(config.state_dir)
         self.pipeline.load_state(self.store.load())
+        for header, arrays in self.store.load_groups().values():
+            self.pipeline.detector.load_arrays(header, arrays)
+        # When the detector's slow arrays were last saved, and what that save cost (monotonic).
+        self._slow_saved: float | None = None
+        self._slow_seconds = 0.0
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="capalarm-pipeline")
         if collectors is None:
             collectors = [
@@ -159,13 +168,36 @@ class Service:
         # between the two re-evaluates the tick and may notify twice, but never not at all.
         self.notify.record(result.changes, end)
         try:
-            self.store.save(self.pipeline.to_state())
+            self._save_state(final=False)
         except (sqlite3.Error, OSError) as exc:
             # A full state directory must not stop the alarm: keep evaluating, say so loudly
             # (the notifier raises an outbox_write_failed alert), save again next tick.
             log.error("cannot save state to %s: %s", self.store.path, exc)
             self.notify.storage_failed(exc)
         return result.changes
+
+    def _save_state(self, final: bool) -> None:
+        """Positions, counters and the detector's fast arrays every tick, in one transaction;
+        the detector's learned profiles (slow arrays, ~90% of its bytes) when the last such
+        save is SLOW_SAVE_FACTOR times its own cost ago (every tick while that is cheap), and at
+        shutdown.  A crash loses at most that much profile learning, never a count, a CUSUM
+        sum or an alert state."""
+        det = self.pipeline.detector
+        header = det.state_header()
+        groups = {"fast": (header, det.state_arrays("fast"))}
+        now = time.monotonic()
+        slow = (
+            final
+            or self._slow_saved is None
+            or now - self._slow_saved
+            >= max(self.config.tick, SLOW_SAVE_FACTOR * self._slow_seconds)
+        )
+        if slow:
+            groups["slow"] = (header, det.state_arrays("slow"))
+        self.store.save(self.pipeline.to_state(detector=False), groups=groups)
+        if slow:
+            self._slow_saved = time.monotonic()
+            self._slow_seconds = self._slow_saved - now
 
     async def snapshot(self) -> Snapshot:
         return await self._on_pipeline(
@@ -258,9 +290,7 @@ class Service:
         finally:
             # Positions and counters of everything counted so far, in one transaction.
             with contextlib.suppress(Exception):
-                await asyncio.shield(
-                    self._on_pipeline(lambda: self.store.save(self.pipeline.to_state()))
-                )
+                await asyncio.shield(self._on_pipeline(lambda: self._save_state(final=True)))
             self.executor.shutdown(wait=True)
             self.store.close()
             self.notify.close()

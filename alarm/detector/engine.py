@@ -30,6 +30,17 @@ from alarm.surfaces import SurfaceKey, TickTotals
 # forged one is someone trying to hide or fake traffic.  They resolve after a quiet minute.
 SOURCE_RESOLVE_HOLD = 60.0
 SOURCE_RULES = ("records_lost", "forged_records", "source_down")
+# The learned profiles: saved on a slower cadence than the rest of the state (state_arrays).
+SLOW_ARRAYS = frozenset(
+    {
+        "baseline.day",
+        "baseline.day_n",
+        "baseline.week",
+        "baseline.week_n",
+        "relative.level",
+        "relative.level_n",
+    }
+)
 # An aggregate's alert names the members that wrote most in the tick, with their contributors.
 AGGREGATE_EVIDENCE_MEMBERS = 5
 
@@ -436,29 +447,45 @@ class Detector:
         )
 
     def to_state(self) -> dict:
+        """Everything as one JSON-able dict (backtests, tests; older services saved this)."""
+        return {
+            **self.state_header(),
+            "arrays": {name: persist.pack(a) for name, a in self._state_arrays().items()},
+        }
+
+    def state_header(self) -> dict:
+        """What saved arrays need to be matched to rows again: keys and budget horizons."""
         return {
             "version": persist.VERSION,
             "keys": self.targets,
             "horizons": ["|".join(h) for h in self.budget.names],
-            "arrays": {name: persist.pack(a) for name, a in self._state_arrays().items()},
             "sources": {f"{n}/{r}": m.to_state() for (n, r), m in self.source_alerts.items()},
         }
+
+    def state_arrays(self, group: str) -> dict[str, np.ndarray]:
+        """The state arrays of one save group: ``slow`` is the learned profiles (most of the
+        bytes, and losing a few minutes of their learning costs nothing), ``fast`` the rest
+        (alert states, CUSUM sums, recent levels: what must survive a crash to the tick)."""
+        slow = group == "slow"
+        return {n: a for n, a in self._state_arrays().items() if (n in SLOW_ARRAYS) == slow}
 
     def load_state(self, state: dict) -> None:
         if not isinstance(state, dict):
             return
         if state.get("version") == persist.VERSION:
-            self._load_v2(state)
+            arrays = state.get("arrays")
+            if isinstance(arrays, dict):
+                self.load_arrays(state, {n: persist.unpack(a) for n, a in arrays.items()})
         elif isinstance(state.get("surfaces"), dict):
             self._load_v1(state["surfaces"])
 
-    def _load_v2(self, state: dict) -> None:
-        pairs = persist.match_rows(state.get("keys"), self.targets)
-        arrays = state.get("arrays")
-        if not isinstance(arrays, dict) or not pairs[0].size:
+    def load_arrays(self, header: dict, arrays: Mapping[str, np.ndarray | None]) -> None:
+        """Restore saved arrays (any subset of the state's) into the rows of the same keys."""
+        pairs = persist.match_rows(header.get("keys"), self.targets)
+        if not pairs[0].size:
             return
         # Budget sums carry over only where the row's horizons are the same as when saved.
-        saved_h = state.get("horizons")
+        saved_h = header.get("horizons")
         same = np.array(
             [
                 isinstance(saved_h, list)
@@ -470,8 +497,9 @@ class Detector:
         )
         budget_pairs = (pairs[0][same], pairs[1][same])
         for name, target in self._state_arrays().items():
-            use = budget_pairs if name.startswith("budget.") else pairs
-            persist.restore_rows(target, persist.unpack(arrays.get(name)), use)
+            if name in arrays:
+                use = budget_pairs if name.startswith("budget.") else pairs
+                persist.restore_rows(target, arrays[name], use)
 
     def _load_v1(self, surfaces: dict) -> None:
         """State saved by detector v1: per-surface window, CUSUM and alert dicts."""

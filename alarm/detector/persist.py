@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 VERSION = 2
-_DTYPES = {"float32", "float64", "int64", "int8", "uint16"}
+DTYPES = frozenset({"float32", "float64", "int64", "int8", "uint16"})
 
 
 def pack(arr: np.ndarray) -> dict[str, Any]:
@@ -30,7 +30,7 @@ def unpack(saved: Any) -> np.ndarray | None:
     try:
         dtype = str(saved["dtype"])
         shape = tuple(int(s) for s in saved["shape"])
-        if dtype not in _DTYPES:
+        if dtype not in DTYPES:
             return None
         raw = base64.b64decode(saved["data"], validate=True)
         return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
