@@ -45,6 +45,7 @@ SEVERITY_ORDER: tuple[str, ...] = ("info", "warning", "error", "critical")
 # a forged record is someone hiding traffic; a spike may still be a busy build.
 DEFAULT_SEVERITIES: dict[str, str] = {
     "spike": "warning",
+    "drop": "warning",
     "budget": "critical",
     "records_lost": "error",
     "forged_records": "critical",
