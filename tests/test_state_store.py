@@ -80,3 +80,30 @@ def test_the_service_saves_profiles_on_a_cadence_and_restores_every_array(tmp_pa
     assert int(restored.spike_alerts.state.max()) == 2
     assert restored.baseline.day_n.sum() == 40 * len(restored.keys)
     assert isinstance(restored, Detector)
+
+
+def test_a_source_alert_firing_at_a_restart_still_resolves():
+    import json
+
+    from alarm.collectors.base import SourceStats
+    from alarm.detector.engine import SOURCE_RESOLVE_HOLD
+
+    d = Detector(config_from_dict({}), [])
+    stats = SourceStats(up=True)
+    d.attach_source("kernel", stats)
+    stats.records_lost += 3
+    fired = d.evaluate_sources(10, 10, {"kernel": stats})
+    assert [(c.rule, c.state) for c in fired] == [("records_lost", "firing")]
+    saved = json.loads(json.dumps(d.to_state()))
+
+    again = Detector(config_from_dict({}), [])
+    again.load_state(saved)
+    again.attach_source("kernel", stats)  # the restored counts: nothing new was lost
+    changes, t = [], 10
+    while t < 10 + SOURCE_RESOLVE_HOLD + 30:
+        t += 10
+        changes += again.evaluate_sources(t, 10, {"kernel": stats})
+    # The destinations were told it fired; they are told it resolved, with the same fingerprint.
+    assert [(c.rule, c.state, c.fingerprint) for c in changes] == [
+        ("records_lost", "resolved", fired[0].fingerprint)
+    ]

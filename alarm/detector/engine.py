@@ -370,7 +370,7 @@ class Detector:
             for rule, value in values.items():
                 machine = self.source_alerts.get((name, rule))
                 if machine is None:
-                    machine = AlertMachine(f"source/{name}", rule, 0.0, SOURCE_RESOLVE_HOLD, 1.0)
+                    machine = _source_machine(name, rule)
                     self.source_alerts[(name, rule)] = machine
                 change = machine.step(
                     now, tick, float(value), 0.0 if rule != "source_down" else 0.5
@@ -480,7 +480,9 @@ class Detector:
             self._load_v1(state["surfaces"])
 
     def load_arrays(self, header: dict, arrays: Mapping[str, np.ndarray | None]) -> None:
-        """Restore saved arrays (any subset of the state's) into the rows of the same keys."""
+        """Restore saved arrays (any subset of the state's) into the rows of the same keys,
+        and the source alerts in ``header``."""
+        self._load_sources(header.get("sources"))
         pairs = persist.match_rows(header.get("keys"), self.targets)
         if not pairs[0].size:
             return
@@ -501,6 +503,23 @@ class Detector:
                 use = budget_pairs if name.startswith("budget.") else pairs
                 persist.restore_rows(target, arrays[name], use)
 
+    def _load_sources(self, saved: Any) -> None:
+        """Source alerts as saved: one that was firing resolves after a quiet minute, so the
+        destinations that were told it fired are told it resolved (a restart must not leave
+        a page open forever)."""
+        if not isinstance(saved, dict):
+            return
+        for key, state in saved.items():
+            name, _, rule = str(key).rpartition("/")
+            if rule not in SOURCE_RULES or not name or not isinstance(state, dict):
+                continue
+            machine = _source_machine(name, rule)
+            try:
+                machine.load_state(state)
+            except (TypeError, ValueError):
+                continue
+            self.source_alerts[(name, rule)] = machine
+
     def _load_v1(self, surfaces: dict) -> None:
         """State saved by detector v1: per-surface window, CUSUM and alert dicts."""
         for row, target in enumerate(self.targets):
@@ -518,6 +537,10 @@ class Detector:
                 self.budget_alerts.load_row(row, saved.get("budget_alert", {}))
             except (TypeError, ValueError, AttributeError):
                 continue
+
+
+def _source_machine(name: str, rule: str) -> AlertMachine:
+    return AlertMachine(f"source/{name}", rule, 0.0, SOURCE_RESOLVE_HOLD, 1.0)
 
 
 def _state_name(state: AlertState) -> str:
