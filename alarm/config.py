@@ -150,13 +150,26 @@ class BudgetRule(_Strict):
         return self
 
 
-# Defaults per kind.  Egress from a confined workload is normally close to nothing, so the
-# unclassified surface gets the tightest budget: TCSEC's "must be audited" band tops out at
-# 100 bit/s, and 64 Kibit tolerated is a few keys' worth with room for stray handshakes.
-# Each kind has three horizons, a token-bucket envelope (docs/detector.md): over a minute a
-# surface may burst (high allowance, small tolerance); over a day it must average far less
-# (low allowance, larger tolerance).  Unclassified: 100 bit/s over a minute is TCSEC's "high"
-# edge; 0.5 bit/s over a day sits inside the 0.1-100 bit/s band that must be audited.
+# Defaults per kind.  Each kind has three horizons, a token-bucket envelope (docs/detector.md):
+# over a minute a surface may burst (high allowance, small tolerance); over a day it must
+# average far less (low allowance, larger tolerance).
+#
+# Unclassified is default deny: traffic nobody declared gets the tightest budget, and TCSEC's
+# covert-channel bands set its scale (above 100 bit/s is "high"; 0.1-100 bit/s must be
+# detected and audited).  What it must let through is the stray traffic every host sends (a
+# DNS query, an NTP or ICMP packet: ~0.1-1.3 kbit each with its metadata, about one an hour);
+# what it must not let through is more than a few secrets' worth.  A key is 128-256 bits, but
+# one full-size packet (1500 B, 12 kbit) already carries dozens of them, so the tolerances are
+# set by packets that must not page, and the allowances by the audited band:
+# - 1m: 100 bit/s, 64 Kibit: TCSEC's "high" edge (the hour below, with the smaller tolerance,
+#   now fires first whatever the pattern).
+# - 1h: 2 bit/s, 24 Kibit: 7.2 kbit an hour (five or so stray packets) plus 3 KiB, just over
+#   two full-size packets at once (24.1 kbit with metadata), so no stray packet, even a
+#   full-size one, pages on its own; a leak in 1 KB lumps is caught at its 3rd-4th lump, a
+#   10 bit/s drip (4.5 KB an hour) in under an hour, a 100 bit/s one in about 4 min.
+# - 1d: 0.5 bit/s, 128 Kibit: 43 kbit a day of strays (~30 packets) plus 16 KiB; the day
+#   horizon takes over from the hour one after about 20 h, as the envelope intends (with
+#   256 Kibit it did only after 44 h): a 2 bit/s drip is caught in a day, 1 bit/s in three.
 def _horizons(k: float, h: float, hour: tuple[float, float], day: tuple[float, float]) -> dict:
     return {
         "allowance_bits_per_second": k,
@@ -173,7 +186,7 @@ DEFAULT_BUDGETS: dict[str, dict[str, Any]] = {
     "egress": _horizons(1e6, 64e6, (250e3, 512e6), (100e3, 2e9)),
     "fs": _horizons(1e6, 64e6, (250e3, 512e6), (100e3, 2e9)),
     "registry": _horizons(1e5, 8e6, (25e3, 64e6), (10e3, 256e6)),
-    UNCLASSIFIED: _horizons(100.0, 65536.0, (10.0, 131072.0), (0.5, 262144.0)),
+    UNCLASSIFIED: _horizons(100.0, 65536.0, (2.0, 24576.0), (0.5, 131072.0)),
 }
 # Bits of metadata an event may carry besides its payload (names, sizes, timing): an upper
 # bound, so a channel of empty packets still has capacity.
