@@ -27,6 +27,8 @@ class Firing:
     excess_bits: float
     tolerance_bits: float
     drip: bool = False  # set by the runner: fired during a drip of >= 10 bit/s
+    surface: str = ""
+    payload_bits: float = 0.0  # set by the runner: the drip's bits from its onset to this tick
 
 
 @dataclass(slots=True)
@@ -100,6 +102,7 @@ def run(fleet: Fleet) -> Result:
                 horizon=f.get("budget_horizon") if change["rule"] == "budget" else None,
                 excess_bits=float(f.get("budget_excess_bits", 0.0)),
                 tolerance_bits=float(f.get("budget_tolerance_bits", 0.0)),
+                surface=name,
             )
         )
     return result

@@ -25,6 +25,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.detection import comparisons, score  # noqa: E402
+from bench.detection.capalarm_run import Firing  # noqa: E402
 from bench.detection.scenarios import (  # noqa: E402
     TICK,
     Fleet,
@@ -162,6 +163,8 @@ def capalarm_alarms(fleet: Fleet) -> tuple[dict[str, np.ndarray], list, float]:
         att = drips.get(name)
         for f in fs:
             f.drip = att is not None and att.onset <= f.tick < att.end + score.GRACE
+            if f.drip:
+                f.payload_bits = float(att.bits[att.onset : f.tick + 1].sum())
     return alarms, [f for fs in res.firings.values() for f in fs], res.seconds
 
 
@@ -296,6 +299,22 @@ def floors(results: dict, firings: list) -> str:
             "drips >= 10 bit/s: budget alarm before h bits above the allowance",
             f"{len(budget) - over}/{len(budget)} ({seasonal} by the seasonal rule)",
             _ok(over == 0),
+        ]
+    )
+    # The same drips' first budget alarm, judged on what the issue's floor names, the leak:
+    # the drip's own bits from its onset to the alarm (no allowance credited, so this is the
+    # stricter of the two readings of "bits leaked") against h.  The row above also counts the
+    # surface's own traffic in the alarming tick (a stray packet can push the sum past h).
+    first: dict[str, Firing] = {}
+    for f in budget:
+        if f.surface not in first or f.tick < first[f.surface].tick:
+            first[f.surface] = f
+    leaked_over = sum(f.payload_bits > f.tolerance_bits for f in first.values())
+    rows.append(
+        [
+            "drips >= 10 bit/s: first budget alarm before the drip itself carried h bits",
+            f"{len(first) - leaked_over}/{len(first)}",
+            _ok(leaked_over == 0),
         ]
     )
     # Compared with the methods at the same operating point: at most 1 FA per surface-week.
