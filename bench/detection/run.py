@@ -319,22 +319,28 @@ def floors(results: dict, firings: list) -> str:
     )
     # Compared with the methods at the same operating point: at most 1 FA per surface-week.
     quiet = [m for m, (fa, _, _) in results.items() if m != "capalarm" and fa <= FA_BUDGET]
-    for pattern in ("drip_10bps", "drip_100bps", "beacon", "busy_hour_drip", "swarm"):
-        mine = [o for o in ours if o.pattern == pattern]
+    # Pooled over the pattern's hosts; busy_hour_drip also per host (on the busy proxy the
+    # drip is 30-120x below what its noise lets any volume statistic resolve).
+    cases = [(p, None) for p in ("drip_1bps", "drip_10bps", "drip_100bps", "beacon")]
+    cases += [("busy_hour_drip", None), ("busy_hour_drip", "sparse"), ("busy_hour_drip", "busy")]
+    cases += [("swarm", None)]
+    for pattern, host in cases:
+        mine = [o for o in ours if o.pattern == pattern and host in (None, o.host)]
         if not mine:
             continue
         best = None
         for m, (_, outs, _) in results.items():
             if m not in quiet:
                 continue
-            theirs = [o for o in outs if o.pattern == pattern]
+            theirs = [o for o in outs if o.pattern == pattern and host in (None, o.host)]
             med = float(np.median([o.leaked_bits for o in theirs]))
             best = med if best is None else min(best, med)
         ours_med = float(np.median([o.leaked_bits for o in mine]))
         ratio = ours_med / best if best else float("inf")
         rows.append(
             [
-                f"{pattern}: leaked ≤ 1/10 of the best comparison at ≤ 1 FA/wk",
+                f"{pattern}{f' ({host})' if host else ''}: leaked ≤ 1/10 of the best "
+                "comparison at ≤ 1 FA/wk",
                 f"{fmt_bits(ours_med)} vs {fmt_bits(best or 0)} (x{ratio:.2f})",
                 _ok(ratio <= 0.1),
             ]
