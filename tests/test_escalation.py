@@ -23,18 +23,19 @@ def never(_key):
     return []
 
 
-def detector(escalate_ratio: float) -> Detector:
-    spike = {
+def detector(escalate_ratio: float = 0.0, **spike) -> Detector:
+    rule = {
         "min_history": "1m",
         "history": "10m",
         "floor_bytes_per_second": 0,
         "resolve_hold": "10m",
         "escalate_ratio": escalate_ratio,
+        **spike,
     }
     config = config_from_dict(
         {
             "tick": "10s",
-            "surfaces": [{"name": "proxy", "match": {"dport": [3128]}, "spike": spike}],
+            "surfaces": [{"name": "proxy", "match": {"dport": [3128]}, "spike": rule}],
         }
     )
     return Detector(config, KEYS)
@@ -102,21 +103,9 @@ def test_an_escalation_reaches_each_destination_once(tmp_path):
 
 
 def drop_detector(drop_ratio: float) -> Detector:
-    spike = {
-        "min_history": "1m",
-        "history": "10m",
-        "floor_bytes_per_second": 500,
-        "resolve_hold": "1m",
-        "drop_ratio": drop_ratio,
-        "drop_hold": "2m",
-    }
-    config = config_from_dict(
-        {
-            "tick": "10s",
-            "surfaces": [{"name": "proxy", "match": {"dport": [3128]}, "spike": spike}],
-        }
+    return detector(
+        floor_bytes_per_second=500, resolve_hold="1m", drop_ratio=drop_ratio, drop_hold="2m"
     )
-    return Detector(config, KEYS)
 
 
 def test_a_surface_that_stops_writing_fires_the_drop_rule_after_its_hold():
