@@ -84,9 +84,7 @@ class BudgetBank:
         np.maximum(after, 0.0, out=after)
         step = after - before
         ratio = after * self._inv_tolerance
-        projected = np.minimum(step, self.last_step)
-        np.maximum(projected, 0.0, out=projected)
-        projected += after
+        projected = look_ahead(after, step, self.last_step)
         projected *= self._inv_tolerance
         self.excess = after
         self.last_step = step
@@ -95,6 +93,15 @@ class BudgetBank:
     def binding(self, row: int) -> int:
         """The horizon closest to (or furthest past) its tolerance."""
         return int(np.argmax(self.excess[:, row] / self.tolerance[:, row]))
+
+
+def look_ahead(after: np.ndarray, step: np.ndarray, last_step: np.ndarray) -> np.ndarray:
+    """The CUSUM one tick ahead: ``after`` plus the rise sustained over the last two ticks (a
+    single tick's rise, a burst, is not projected).  A new array."""
+    projected = np.minimum(step, last_step)
+    np.maximum(projected, 0.0, out=projected)
+    projected += after
+    return projected
 
 
 def _horizon_list(rule: BudgetRule) -> list[tuple[str, float, float]]:

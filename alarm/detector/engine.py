@@ -72,7 +72,6 @@ class Detector:
         self._escalate = np.array([r.escalate_ratio for r in plan.spike], dtype=np.float64)
         self._escalate[self._escalate <= 0] = np.inf
         self._drop = np.array([r.drop_ratio if r.enabled else 0.0 for r in plan.spike])
-        self._drop_floor = np.array([r.floor_bytes_per_second for r in plan.spike])
         self.drop_alerts = AlertBank(
             self.targets,
             "drop",
@@ -189,7 +188,7 @@ class Detector:
         """The drop rule: rate below baseline / drop_ratio with at least the floor missing."""
         thr = np.divide(p.baseline, self._drop, out=np.zeros(rate.size), where=self._drop > 0)
         self._drop_threshold = thr
-        breach = p.ready & (rate < thr) & (p.baseline - rate >= self._drop_floor)
+        breach = p.ready & (rate < thr) & (p.baseline - rate >= self.baseline.floor)
         return [
             self._change(row, "drop", prev, new, now, contributors)
             for row, prev, new in self.drop_alerts.step(now, tick, breach, rate >= thr)

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from alarm.config import BudgetRule
+from alarm.detector.budget import look_ahead
 
 DAY = 86400.0
 WEEK = 7 * DAY
@@ -149,9 +150,7 @@ class RelativeBank:
         after *= judged
         step = after - before
         ratio = after / h
-        projected = np.minimum(step, self.last_step)
-        np.maximum(projected, 0.0, out=projected)
-        projected += after
+        projected = look_ahead(after, step, self.last_step)
         projected /= h
         self.run_bits += bits
         self.run_bits *= after > 0
