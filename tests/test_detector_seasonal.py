@@ -98,3 +98,28 @@ def test_seasonal_window_lets_a_job_drift_by_an_hour_without_a_spike():
     assert wide == 0
     assert narrow > 0
     assert wide_13h < 10 * 1000  # a x10 burst away from the job still breaches
+
+
+def test_a_weekend_is_judged_against_weekends_once_the_week_has_been_seen():
+    """Weekdays at 10 kB/s, weekends at 3.5 kB/s, and a 10-minute CI warm-up at x20 every
+    weekday at 08:00.  The daily profile is weekday-dominated; in the second week a burst of
+    10x the Sunday level must still be over threshold, and the warm-ups must stay under it."""
+    rng = np.random.default_rng(4)
+    days = 14
+    t = np.arange(days * DAY)
+    weekend = (t // DAY) % 7 >= 5
+    rates = np.where(weekend, 3500.0, 10000.0) * np.exp(0.15 * rng.standard_normal(t.size))
+    for d in range(days):
+        if d % 7 < 5:
+            rates[d * DAY + 480 : d * DAY + 490] *= 20
+    b = SeasonalBaseline([SpikeRule()], TICK)
+    thr = run(b, rates)
+    sunday_evening = 13 * DAY + 21 * 60 + 39
+    p = b.predict(T0 + sunday_evening * TICK)
+    assert p.threshold[0] < 10 * 3500, "a x10 burst on a Sunday evening is a spike"
+    assert p.threshold[0] > 3 * 3500, "but the Sunday level itself is not"
+    # The first week's Sunday was judged against the weekday level: the week was not seen yet.
+    assert thr[6 * DAY + 21 * 60 + 39] > 10 * 3500
+    second_week = t >= 7 * DAY
+    over = second_week & (rates > thr)
+    assert not over.any(), f"benign ticks over threshold at {np.flatnonzero(over)[:5]}"

@@ -6,11 +6,16 @@ and bursts become additive, and a mostly-zero surface stays near 0 instead of at
 - a *recent* level: an exponentially weighted mean of y over ``history`` (the v1 window), used
   until the seasonal profiles have history for the current slot;
 - a *daily* profile (96 slots of 15 min) and a *weekly* profile (168 hourly slots) of y, each
-  slot learned only while the clock is in it, as an 0.8-expectile (an upper-leaning mean).  The prediction is the highest ready profile
-  value among the current 15-min slot, its neighbours within ``seasonal_window`` (default one
-  each side: cron jitter, a nightly job that spills over a slot edge) and the weekly hour:
-  recurring legitimate bursts are learned,
-  a burst at a time that has never been busy is not;
+  slot learned only while the clock is in it, as an 0.8-expectile (an upper-leaning mean).  The
+  prediction is the highest ready profile value among the current 15-min slot, its neighbours
+  within ``seasonal_window`` (default one each side: cron jitter, a nightly job that spills over
+  a slot edge) and the weekly hour: recurring legitimate bursts are learned, a burst at a time
+  that has never been busy is not;
+- a *weekday shift*: the daily profile is learned every day, so weekdays dominate it.  Once the
+  weekly hour is ready and lies below the daily profile's mean over that hour, the daily
+  profile is shifted down by the difference (at most WEEKDAY_DIP_MAX), so a Sunday evening is
+  judged against Sunday evenings, not against Tuesday's, while the daily profile keeps its
+  15-minute resolution (an hourly weekly slot alone would dilute a 10-minute CI warm-up);
 - a robust spread of the residual y - prediction: a streaming MAD (sign stochastic
   approximation of the median absolute residual), falling back to the mean absolute residual
   when the MAD collapses to 0, as it does on sparse, mostly-zero surfaces.
@@ -47,6 +52,11 @@ SPREAD_MIN = 0.01
 # A profile averages over about this many occurrences of its slot (days, or weeks).
 PROFILE_MEMORY = 7.0
 PROFILE_EXPECTILE = 0.8
+# The weekday shift lowers the daily profile by at most this (log-rate, e^1.386 = 4x): a
+# weekend is typically 2-3x quieter than the weekday mix.  The bound limits what one odd week
+# (a holiday, an outage) learned into a weekly slot can do to the same hour a week later.
+WEEKDAY_DIP_MAX = math.log(4.0)
+DAY_SLOTS_PER_HOUR = int(WEEK_SLOT / DAY_SLOT)
 
 
 @dataclass(slots=True, frozen=True)
@@ -134,8 +144,9 @@ class SeasonalBaseline:
             if off and not self._reach_uniform:
                 ok &= self.reach >= abs(off)
             np.maximum(seas, np.where(ok, self.day[slot], -np.inf), out=seas)
-        ok = self.week_n[w] >= need_w
-        np.maximum(seas, np.where(ok, self.week[w], -np.inf), out=seas)
+        week_ok = self.week_n[w] >= need_w
+        seas += self._weekday_shift(w, week_ok)
+        np.maximum(seas, np.where(week_ok, self.week[w], -np.inf), out=seas)
         use = self.seasonal & np.isfinite(seas)
         pred_y = np.where(use, seas, self.recent).astype(np.float64)
         spread = np.where(
@@ -150,6 +161,18 @@ class SeasonalBaseline:
         ready = self.count >= self.min_ticks
         judged = np.where(ready & self.enabled, thr, np.inf)
         return Prediction(pred_y, base, judged, ready, s, w)
+
+    def _weekday_shift(self, w: int, week_ok: np.ndarray) -> np.ndarray:
+        """How far this weekday's hour lies below the daily profile's mean over the same hour
+        (log-rate, in [-WEEKDAY_DIP_MAX, 0]); 0 where either is not ready."""
+        first = (w % 24) * DAY_SLOTS_PER_HOUR
+        hour = slice(first, first + DAY_SLOTS_PER_HOUR)
+        ready = self.day_n[hour] >= self.slot_ticks_day
+        count = ready.sum(axis=0)
+        mean = np.where(ready, self.day[hour], 0.0).sum(axis=0, dtype=np.float32)
+        mean /= np.maximum(count, 1)
+        shift = np.clip(self.week[w] - mean, -WEEKDAY_DIP_MAX, 0.0).astype(np.float32)
+        return np.where(week_ok & (count > 0), shift, np.float32(0.0))
 
     def learn(self, rate: np.ndarray, p: Prediction) -> None:
         """Learn one tick's rates (bytes/s), clipped to the threshold they were judged by."""
