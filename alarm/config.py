@@ -125,6 +125,28 @@ class RelativeBudget(_Strict):
     max_learn_up: float = Field(4.0, gt=1)  # per day, like the spike baseline
 
 
+class BeaconRule(_Strict):
+    """Rule ``beacon``: writes of one size at a regular interval (alarm/detector/beacon.py).
+    Fires at the ``repeats``-th write of the same size (within ``size_tolerance``, a fraction;
+    0 = the same byte count) each about one period after the last (within ``jitter`` x the
+    period), and resolves after ``resolve_hold`` without one."""
+
+    enabled: bool = True
+    repeats: int = Field(5, ge=3, le=16)
+    size_tolerance: float = Field(0.0, ge=0, le=0.5)
+    jitter: float = Field(0.1, ge=0, le=0.45)
+    max_period: Duration = 3600.0
+    resolve_hold: Duration = 7200.0
+
+    @model_validator(mode="after")
+    def _resolve_after_a_period(self) -> BeaconRule:
+        if self.resolve_hold < self.max_period:
+            raise ValueError(
+                "resolve_hold must be at least max_period (a beacon that waits a period would flap)"
+            )
+        return self
+
+
 class BudgetRule(_Strict):
     """Lampson capacity budget: one-sided CUSUM on estimated bits.
 
@@ -141,6 +163,8 @@ class BudgetRule(_Strict):
     horizons: list[BudgetHorizon] = []
     # Judged against the surface's own hour-of-day history: drips under the allowance above.
     relative: RelativeBudget = RelativeBudget()
+    # Timing, not volume: a regular writer of one size, however small (rule ``beacon``).
+    beacon: BeaconRule = BeaconRule()
 
     @model_validator(mode="after")
     def _unique_horizons(self) -> BudgetRule:

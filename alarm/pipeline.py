@@ -237,6 +237,7 @@ class SurfaceView:
     seasonal_ratio: float = 0.0
     seasonal_judged: bool = False
     drop_state: int | None = None  # None: the drop rule is off for this surface
+    beacon_state: int | None = None  # None: the beacon rule is off for this surface
 
 
 @dataclass(slots=True)
@@ -305,6 +306,7 @@ def take_snapshot(pipeline: Pipeline, now: float, top: int) -> Snapshot:
                 seasonal_ratio=f.seasonal_ratio,
                 seasonal_judged=f.seasonal_judged,
                 drop_state=None if d.drop_alert is None else int(d.drop_alert.state),
+                beacon_state=None if d.beacon_alert is None else int(d.beacon_alert.state),
             )
         )
     return Snapshot(

@@ -46,6 +46,8 @@ SEVERITY_ORDER: tuple[str, ...] = ("info", "warning", "error", "critical")
 DEFAULT_SEVERITIES: dict[str, str] = {
     "spike": "warning",
     "drop": "warning",
+    # A regular writer of one size: a C2 check-in or a timed leak, or a legitimate heartbeat.
+    "beacon": "warning",
     "budget": "critical",
     "records_lost": "error",
     "forged_records": "critical",

@@ -135,6 +135,8 @@ def _families(snap: Snapshot, notifiers: Sequence[NotifierView]) -> Iterable[Met
         state.add_metric(["surface", s.name, s.kind, "budget"], s.budget_state)
         if s.drop_state is not None:
             state.add_metric(["surface", s.name, s.kind, "drop"], s.drop_state)
+        if s.beacon_state is not None:
+            state.add_metric(["surface", s.name, s.kind, "beacon"], s.beacon_state)
     for source, rule, st in snap.source_alerts:
         state.add_metric(["source", source, "source", rule], st)
     yield state

@@ -19,6 +19,7 @@ from alarm.collectors.base import SourceStats
 from alarm.config import Config
 from alarm.detector import persist
 from alarm.detector.alerts import AlertBank, AlertChange, AlertMachine, AlertState
+from alarm.detector.beacon import BeaconBank
 from alarm.detector.budget import BudgetBank
 from alarm.detector.relative import RelativeBank
 from alarm.detector.rows import AGGREGATE, plan_rows
@@ -86,6 +87,13 @@ class Detector:
             np.array([r.resolve_hold for r in plan.budget]),
         )
         self._budget_hyst = np.array([r.hysteresis for r in plan.budget])
+        self.beacon = BeaconBank(plan.beacon, config.tick)
+        self.beacon_alerts = AlertBank(
+            self.targets,
+            "beacon",
+            np.zeros(n),
+            np.array([r.resolve_hold for r in plan.beacon]),
+        )
 
         # Member row -> its aggregate's index (or the dummy index len(aggregates)).
         self.aggregates: dict[SurfaceKey, list[SurfaceKey]] = {}
@@ -179,6 +187,9 @@ class Detector:
             now, tick, budget_breach, ratio <= self._budget_hyst
         ):
             changes.append(self._change(row, "budget", prev, new, now, contributors))
+        beacon = self.beacon.update(round(now / tick), b)
+        for row, prev, new in self.beacon_alerts.step(now, tick, beacon, ~beacon):
+            changes.append(self._change(row, "beacon", prev, new, now, contributors))
         self.baseline.learn(rate, p)
         return changes
 
@@ -236,6 +247,17 @@ class Detector:
             seasonal_judged=bool(self.relative._judged[row]),
         )
 
+    def _banks(self) -> dict[str, AlertBank]:
+        return {
+            "spike": self.spike_alerts,
+            "budget": self.budget_alerts,
+            "drop": self.drop_alerts,
+            "beacon": self.beacon_alerts,
+        }
+
+    def beacon_on(self, row: int) -> bool:
+        return bool(self.beacon.enabled[row])
+
     def drop_on(self, row: int) -> bool:
         return bool(self._drop[row] > 0)
 
@@ -277,7 +299,16 @@ class Detector:
         aggregate = row >= self.members
         if aggregate:
             figures["members"] = len(self.aggregates[self.keys[row]])
-        if rule == "drop":
+        if rule == "beacon":
+            period = float(self.beacon.period[row]) * self.tick
+            value, threshold = float(self.beacon.size[row]), 0.0
+            figures["beacon_period_seconds"] = period
+            figures["beacon_bytes"] = value
+            what = (
+                f"wrote {value:,.0f} B every {period:,.0f} s, again and again: a beacon "
+                f"(same size, regular interval)"
+            )
+        elif rule == "drop":
             value, threshold = f.rate, float(self._drop_threshold[row])
             what = (
                 f"wrote {f.rate:,.0f} B/s against a baseline of {f.baseline:,.0f} B/s "
@@ -308,7 +339,7 @@ class Detector:
         if prev == new == AlertState.FIRING:
             figures["escalated"] = True
             what += " — escalated"
-        bank = {"spike": self.spike_alerts, "drop": self.drop_alerts}.get(rule, self.budget_alerts)
+        bank = self._banks().get(rule, self.budget_alerts)
         who = f"all {kind} surfaces" if aggregate else f"{kind} surface {name}"
         summary = f"{who} {what}" + ("" if state != "resolved" else " — resolved")
         evidence: list[tuple[str, int]] = []
@@ -406,7 +437,7 @@ class Detector:
 
     def firing(self) -> list[tuple[str, str, str]]:
         out = []
-        for bank in (self.spike_alerts, self.budget_alerts, self.drop_alerts):
+        for bank in self._banks().values():
             for row in np.flatnonzero(bank.state == AlertState.FIRING):
                 out.append((bank.targets[row], bank.rule, bank.fingerprint(int(row))))
         for m in self.source_alerts.values():
@@ -419,9 +450,9 @@ class Detector:
         out = {f"baseline.{a}": getattr(self.baseline, a) for a in SeasonalBaseline.STATE}
         out |= {f"budget.{a}": getattr(self.budget, a) for a in BudgetBank.STATE}
         out |= {f"relative.{a}": getattr(self.relative, a) for a in RelativeBank.STATE}
-        out |= {f"spike_alerts.{a}": getattr(self.spike_alerts, a) for a in AlertBank.STATE}
-        out |= {f"budget_alerts.{a}": getattr(self.budget_alerts, a) for a in AlertBank.STATE}
-        out |= {f"drop_alerts.{a}": getattr(self.drop_alerts, a) for a in AlertBank.STATE}
+        out |= {f"beacon.{a}": getattr(self.beacon, a) for a in BeaconBank.STATE}
+        for rule, bank in self._banks().items():
+            out |= {f"{rule}_alerts.{a}": getattr(bank, a) for a in AlertBank.STATE}
         return out
 
     def memory_bytes(self) -> int:
@@ -439,9 +470,8 @@ class Detector:
             self.baseline.nbytes()
             + self.budget.nbytes()
             + self.relative.nbytes()
-            + self.spike_alerts.nbytes()
-            + self.budget_alerts.nbytes()
-            + self.drop_alerts.nbytes()
+            + self.beacon.nbytes()
+            + sum(bank.nbytes() for bank in self._banks().values())
             + sum(a.nbytes for a in figures)
         )
 

@@ -15,6 +15,7 @@ from alarm.config import (
     DEFAULT_META_BITS_PER_EVENT,
     UNCLASSIFIED,
     AggregateRule,
+    BeaconRule,
     BudgetRule,
     Config,
     SpikeRule,
@@ -30,6 +31,7 @@ class RowPlan:
     members: int  # rows [0, members) are table surfaces
     spike: list[SpikeRule]
     budget: list[BudgetRule]
+    beacon: list[BeaconRule]  # off on aggregates: members' beacons alarm on the members
     meta_bits: np.ndarray
     # For aggregate row members + j: the member rows it sums (as an index array).
     aggregate_of: list[np.ndarray]
@@ -68,7 +70,9 @@ def plan_rows(config: Config, keys: list[SurfaceKey]) -> RowPlan:
         spike.append(rule.spike)
         budget.append(rule.budget or derived_budget(rule, [budget[i] for i in members]))
         meta.append(0.0)  # members' bits already include their metadata allowance
-    return RowPlan(rows, len(keys), spike, budget, np.array(meta), aggregate_of)
+    beacon = [b.beacon for b in budget[: len(keys)]]
+    beacon += [BeaconRule(enabled=False)] * len(aggregate_of)
+    return RowPlan(rows, len(keys), spike, budget, beacon, np.array(meta), aggregate_of)
 
 
 def derived_budget(rule: AggregateRule, members: list[BudgetRule]) -> BudgetRule:

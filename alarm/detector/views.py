@@ -88,6 +88,12 @@ class SurfaceDetector:
         """None where the drop rule is off."""
         return AlertView(self._det.drop_alerts, self.row) if self._det.drop_on(self.row) else None
 
+    @property
+    def beacon_alert(self) -> AlertView | None:
+        """None where the beacon rule is off (aggregates, or turned off)."""
+        on = self._det.beacon_on(self.row)
+        return AlertView(self._det.beacon_alerts, self.row) if on else None
+
 
 class SurfaceMap(Mapping[SurfaceKey, SurfaceDetector]):
     """``detector.surfaces``: every row, members and aggregates, by key."""

@@ -1,0 +1,77 @@
+"""Beacon rule: the same write size again and again at a regular interval, for every row at once.
+
+A beacon (a C2 check-in, a leak in fixed-size lumps on a timer) can stay far below every volume
+threshold and budget on a surface that writes a little all day: 1 KiB every 10 minutes is
+14 bit/s.  What gives it away is regularity, which benign writes on such surfaces lack: their
+sizes vary (a tick's byte count is a sum of writes and headers), their times are Poisson.  RITA
+scores beacons the same way, on interval and size consistency per connection pair.
+
+Per row, a ring of the last RING ticks in which the row wrote (absolute tick index, bytes).  A
+tick in which the row writes ``b`` bytes is beacon evidence when earlier ring entries of the
+same size (within ``size_tolerance`` of ``b``; 0 = the same byte count) sit at 1, 2, ...,
+``repeats - 1`` periods back, each within ``jitter`` x period per period of its place, where
+the period is the gap to the latest earlier entry of that size.  Periods shorter than two ticks
+are a steady rate, which the budgets judge; periods longer than ``max_period`` are not looked
+for.  Only rows that wrote in the tick are touched.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from alarm.config import BeaconRule
+
+RING = 16  # writes remembered per row: a beacon among benign writes keeps most of the ring
+NO_TICK = np.iinfo(np.int64).min // 2  # an empty ring entry: never a gap that matches
+
+
+class BeaconBank:
+    STATE = ("ring_tick", "ring_bytes", "ring_pos")
+
+    def __init__(self, rules: list[BeaconRule], tick: float):
+        n = len(rules)
+        self.enabled = np.array([r.enabled for r in rules], dtype=bool)
+        self.repeats = np.array([r.repeats for r in rules], dtype=np.int64)
+        self.size_tolerance = np.array([r.size_tolerance for r in rules])
+        self.jitter = np.array([r.jitter for r in rules])
+        self.max_period = np.array([max(2, int(r.max_period // tick)) for r in rules])
+        # Entry-major like every saved array (rows on the last axis, see persist.py).
+        self.ring_tick = np.full((RING, n), NO_TICK, dtype=np.int64)
+        self.ring_bytes = np.zeros((RING, n), dtype=np.float64)
+        self.ring_pos = np.zeros(n, dtype=np.uint16)
+        # Last tick's evidence per row: the period in ticks (0: none) and the size in bytes.
+        self.period = np.zeros(n, dtype=np.int64)
+        self.size = np.zeros(n)
+
+    def nbytes(self) -> int:
+        return sum(getattr(self, name).nbytes for name in self.STATE)
+
+    def update(self, tick_index: int, nbytes: np.ndarray) -> np.ndarray:
+        """Judge and remember one tick's byte counts; True where the tick is beacon evidence."""
+        self.period[:] = 0
+        breach = np.zeros(nbytes.size, dtype=bool)
+        rows = np.flatnonzero(self.enabled & (nbytes > 0))
+        if rows.size == 0:
+            return breach
+        size = nbytes[rows]
+        gap = tick_index - self.ring_tick[:, rows]
+        same = np.abs(self.ring_bytes[:, rows] - size) <= self.size_tolerance[rows] * size
+        gap = np.where(same, gap, np.iinfo(np.int64).max)
+        period = gap.min(axis=0)
+        ok = (period >= 2) & (period <= self.max_period[rows])
+        period = np.where(ok, period, 0)
+        jitter = np.maximum(1, np.rint(self.jitter[rows] * period)).astype(np.int64)
+        need = self.repeats[rows]
+        for k in range(2, int(need.max())):
+            found = (np.abs(gap - k * period) <= k * jitter).any(axis=0)
+            ok &= found | (k >= need)
+        hit = rows[ok]
+        breach[hit] = True
+        self.period[hit] = period[ok]
+        self.size[hit] = size[ok]
+
+        pos = self.ring_pos[rows].astype(np.int64)
+        self.ring_tick[pos, rows] = tick_index
+        self.ring_bytes[pos, rows] = size
+        self.ring_pos[rows] = (pos + 1) % RING
+        return breach

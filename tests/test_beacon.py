@@ -1,0 +1,164 @@
+"""The beacon rule: writes of one size at a regular interval alarm, however small, while the
+irregular writes of a sparse surface do not; restarts neither lose nor repeat the evidence."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from alarm.config import BeaconRule, ConfigError, config_from_dict
+from alarm.detector.beacon import BeaconBank
+from alarm.detector.engine import Detector
+
+TICK = 60.0
+T0 = 1_780_000_020.0  # a multiple of the tick
+KEYS = [("registry", "board"), ("registry", "wiki")]
+
+
+def sparse_writes(rng: np.random.Generator, ticks: int, per_hour: float = 3.0) -> np.ndarray:
+    """A board's own writes: Poisson in time, lognormal in size (median 3 kB)."""
+    count = rng.poisson(per_hour / 60.0, ticks)
+    out = np.zeros(ticks)
+    for i in np.flatnonzero(count):
+        out[i] = np.round(rng.lognormal(np.log(3000), 0.8, count[i]).sum())
+    return out
+
+
+def beacon(ticks: int, every: int, size: float, start: int = 0, jitter: int = 0, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    out = np.zeros(ticks)
+    t = start
+    while t < ticks:
+        out[t] += size
+        t += every + (int(rng.integers(-jitter, jitter + 1)) if jitter else 0)
+    return out
+
+
+def first_evidence(bank: BeaconBank, writes: np.ndarray) -> int | None:
+    for i, b in enumerate(writes):
+        if bank.update(1000 + i, np.array([b]))[0]:
+            return i
+    return None
+
+
+def test_a_beacon_among_a_boards_own_writes_is_seen_at_its_fifth_write():
+    rng = np.random.default_rng(1)
+    board = sparse_writes(rng, 2000)
+    bank = BeaconBank([BeaconRule()], TICK)
+    assert first_evidence(bank, board[:1000]) is None
+    writes = board[1000:] + beacon(1000, 10, 1024.0, start=3)
+    at = first_evidence(bank, writes)
+    # The 5th beacon is at tick 43; one of the five may share its tick with a board write.
+    assert at is not None and 43 <= at <= 53
+    assert bank.period[0] == 10 and bank.size[0] == 1024
+
+
+def test_a_jittered_beacon_is_seen_and_a_padded_one_with_a_size_tolerance():
+    bank = BeaconBank([BeaconRule(), BeaconRule(size_tolerance=0.1)], TICK)
+    jittered = beacon(200, 30, 700.0, jitter=2, seed=3)
+    rng = np.random.default_rng(2)
+    padded = np.where(beacon(200, 30, 1.0) > 0, 1000.0 + rng.integers(0, 60, 200), 0.0)
+    hits = np.zeros((200, 2), dtype=bool)
+    for i in range(200):
+        hits[i] = bank.update(i, np.array([jittered[i], padded[i]]))
+    assert hits[:, 0].any(), "±2 ticks on a 30-tick period is within the 10% jitter"
+    assert hits[:, 1].any(), "sizes within 6% match under a 10% size tolerance"
+    strict = BeaconBank([BeaconRule()], TICK)
+    assert first_evidence(strict, padded) is None, "exact sizes only by default"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_irregular_writes_are_not_a_beacon(seed):
+    """Four weeks of a board's writes at 1-minute ticks; the quiet egress of a host too (one
+    small write an hour, sizes varying): no evidence at all."""
+    rng = np.random.default_rng(seed)
+    ticks = 28 * 1440
+    board = sparse_writes(rng, ticks, per_hour=4.0)
+    quiet = np.round(rng.lognormal(np.log(150), 0.6, ticks)) * (rng.random(ticks) < 1 / 60)
+    bank = BeaconBank([BeaconRule(), BeaconRule()], TICK)
+    for i in range(ticks):
+        assert not bank.update(i, np.array([board[i], quiet[i]])).any(), i
+
+
+def test_a_steady_rate_is_left_to_the_budgets():
+    """The same bytes every tick is a drip, not a beacon (period under two ticks)."""
+    bank = BeaconBank([BeaconRule()], TICK)
+    assert first_evidence(bank, np.full(100, 125.0)) is None
+
+
+def detector(**beacon) -> Detector:
+    surfaces = [
+        {"name": name, "kind": "registry", "match": {"dport": [8000 + i]}}
+        for i, (_, name) in enumerate(KEYS)
+    ]
+    surfaces[0]["budget"] = {
+        "allowance_bits_per_second": 1e6,
+        "tolerance_bits": 1e9,
+        "beacon": {"max_period": "30m", "resolve_hold": "1h", **beacon},
+    }
+    surfaces[1]["budget"] = {
+        "allowance_bits_per_second": 1e6,
+        "tolerance_bits": 1e9,
+        "beacon": {"enabled": False},
+    }
+    return Detector(config_from_dict({"tick": "60s", "surfaces": surfaces}), KEYS)
+
+
+def run(d: Detector, board: np.ndarray, wiki: np.ndarray, start: int = 0) -> list:
+    out = []
+    for i in range(board.size):
+        nbytes = np.array([board[i], wiki[i]])
+        out += d.evaluate_arrays(T0 + (start + i + 1) * TICK, TICK, nbytes, nbytes > 0, list)
+    return [c for c in out if c.rule == "beacon"]
+
+
+def test_the_detector_fires_once_names_period_and_size_and_resolves():
+    d = detector()
+    signal = beacon(400, 10, 1024.0, start=5)
+    signal[200:] = 0  # the last beacon is at tick 195
+    changes = run(d, signal, signal)  # the wiki's beacon rule is off
+    assert [(c.target, c.state) for c in changes] == [("board", "firing"), ("board", "resolved")]
+    fired, resolved = changes
+    assert fired.at == T0 + 46 * TICK  # the 5th write, at tick 45
+    assert fired.figures["beacon_period_seconds"] == 600.0
+    assert fired.figures["beacon_bytes"] == 1024.0
+    assert "every 600 s" in fired.summary
+    # Resolved after an hour (resolve_hold) without evidence, counted from the tick after
+    # the last beacon's; the beacons in between are each new evidence, not a second page.
+    assert resolved.at == T0 + (196 + 60) * TICK
+    assert d.surfaces[("registry", "wiki")].beacon_alert is None
+    assert d.surfaces[("registry", "board")].beacon_alert is not None
+
+
+def test_a_restart_between_beacons_keeps_the_evidence():
+    signal = beacon(120, 10, 1024.0, start=5)
+    d = detector()
+    assert run(d, signal[:30], signal[:30] * 0) == []  # three beacons seen
+    restored = detector()
+    restored.load_state(d.to_state())
+    changes = run(restored, signal[30:], signal[30:] * 0, start=30)
+    assert changes[0].state == "firing" and changes[0].at == T0 + 46 * TICK
+    fresh = detector()
+    assert run(fresh, signal[30:50], signal[30:50] * 0, start=30) == []
+
+
+def test_config_rejects_a_resolve_hold_shorter_than_the_period():
+    with pytest.raises(ConfigError) as err:
+        config_from_dict(
+            {
+                "surfaces": [
+                    {
+                        "name": "board",
+                        "kind": "registry",
+                        "match": {"dport": [8000]},
+                        "budget": {
+                            "allowance_bits_per_second": 1e6,
+                            "tolerance_bits": 1e9,
+                            "beacon": {"max_period": "2h", "resolve_hold": "1h"},
+                        },
+                    }
+                ]
+            }
+        )
+    text = "\n".join(err.value.problems)
+    assert "surfaces[0].budget.beacon" in text and "resolve_hold" in text
