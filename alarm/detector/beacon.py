@@ -33,11 +33,15 @@ class BeaconBank:
         self.enabled = np.array([r.enabled for r in rules], dtype=bool)
         self.repeats = np.array([r.repeats for r in rules], dtype=np.int64)
         self.size_tolerance = np.array([r.size_tolerance for r in rules])
+        self._tolerance32 = self.size_tolerance.astype(np.float32)
+        self._exact = not self.size_tolerance.any()
         self.jitter = np.array([r.jitter for r in rules])
         self.max_period = np.array([max(2, int(r.max_period // tick)) for r in rules])
         # Entry-major like every saved array (rows on the last axis, see persist.py).
         self.ring_tick = np.full((RING, n), NO_TICK, dtype=np.int64)
-        self.ring_bytes = np.zeros((RING, n), dtype=np.float64)
+        # float32: byte counts are exact up to 16 MiB a tick, and above it sizes closer than
+        # 1e-7 match, which changes nothing.
+        self.ring_bytes = np.zeros((RING, n), dtype=np.float32)
         self.ring_pos = np.zeros(n, dtype=np.uint16)
         # Last tick's evidence per row: the period in ticks (0: none) and the size in bytes.
         self.period = np.zeros(n, dtype=np.int64)
@@ -50,13 +54,35 @@ class BeaconBank:
         """Judge and remember one tick's byte counts; True where the tick is beacon evidence."""
         self.period[:] = 0
         breach = np.zeros(nbytes.size, dtype=bool)
-        rows = np.flatnonzero(self.enabled & (nbytes > 0))
-        if rows.size == 0:
-            return breach
-        size = nbytes[rows]
-        gap = tick_index - self.ring_tick[:, rows]
-        same = np.abs(self.ring_bytes[:, rows] - size) <= self.size_tolerance[rows] * size
-        gap = np.where(same, gap, np.iinfo(np.int64).max)
+        active = self.enabled & (nbytes > 0)
+        size = nbytes.astype(np.float32)
+        # Over every row, not a gather of the active ones: a contiguous pass over the ring is
+        # cheaper than copying 70% of it.  Empty entries hold 0, which no active size equals.
+        if self._exact:
+            same = self.ring_bytes == size
+        else:
+            same = np.abs(self.ring_bytes - size) <= self._tolerance32 * size
+        # Most writes match no earlier size: only the rest are looked at further.
+        cand = np.flatnonzero(active & same.any(axis=0))
+        if cand.size:
+            self._judge(tick_index, cand, same[:, cand], size[cand], breach)
+
+        rows = np.flatnonzero(active)
+        pos = self.ring_pos[rows].astype(np.int64)
+        self.ring_tick[pos, rows] = tick_index
+        self.ring_bytes[pos, rows] = size[rows]
+        self.ring_pos[rows] = (pos + 1) % RING
+        return breach
+
+    def _judge(
+        self,
+        tick_index: int,
+        rows: np.ndarray,
+        same: np.ndarray,
+        size: np.ndarray,
+        breach: np.ndarray,
+    ) -> None:
+        gap = np.where(same, tick_index - self.ring_tick[:, rows], np.iinfo(np.int64).max)
         period = gap.min(axis=0)
         ok = (period >= 2) & (period <= self.max_period[rows])
         period = np.where(ok, period, 0)
@@ -69,9 +95,3 @@ class BeaconBank:
         breach[hit] = True
         self.period[hit] = period[ok]
         self.size[hit] = size[ok]
-
-        pos = self.ring_pos[rows].astype(np.int64)
-        self.ring_tick[pos, rows] = tick_index
-        self.ring_bytes[pos, rows] = size
-        self.ring_pos[rows] = (pos + 1) % RING
-        return breach
