@@ -79,6 +79,10 @@ class SpikeRule(_Strict):
     # How far either side of the current 15-min slot the daily profile looks (rounded to
     # slots): a recurring job that drifts by this much is still what is normal then.
     seasonal_window: Duration = Field(900.0, le=6 * 3600.0)
+    # Once the weekly profile knows an hour, a weekday quieter at that hour than the daily
+    # profile lowers the daily profile by that much, by at most this factor; 1 = off (every
+    # day judged against the daily profile, which weekdays dominate).
+    weekday_dip_max: float = Field(4.0, ge=1)
     # How fast the baseline may learn upward: at most this factor per day (per week for the
     # weekly profile), so a patient attacker cannot walk it up faster than that.
     max_learn_up: float = Field(4.0, gt=1)

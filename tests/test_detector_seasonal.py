@@ -112,12 +112,14 @@ def test_a_weekend_is_judged_against_weekends_once_the_week_has_been_seen():
     for d in range(days):
         if d % 7 < 5:
             rates[d * DAY + 480 : d * DAY + 490] *= 20
-    b = SeasonalBaseline([SpikeRule()], TICK)
-    thr = run(b, rates)
+    # Row 1 has the shift off: judged against the weekday-dominated daily profile.
+    b = SeasonalBaseline([SpikeRule(), SpikeRule(weekday_dip_max=1.0)], TICK)
+    thr = run(b, np.stack([rates, rates], axis=1))
     sunday_evening = 13 * DAY + 21 * 60 + 39
     p = b.predict(T0 + sunday_evening * TICK)
     assert p.threshold[0] < 10 * 3500, "a x10 burst on a Sunday evening is a spike"
     assert p.threshold[0] > 3 * 3500, "but the Sunday level itself is not"
+    assert p.threshold[1] > 10 * 3500, "without the shift it is not"
     # The first week's Sunday was judged against the weekday level: the week was not seen yet.
     assert thr[6 * DAY + 21 * 60 + 39] > 10 * 3500
     second_week = t >= 7 * DAY

@@ -13,7 +13,9 @@ and bursts become additive, and a mostly-zero surface stays near 0 instead of at
   that has never been busy is not;
 - a *weekday shift*: the daily profile is learned every day, so weekdays dominate it.  Once the
   weekly hour is ready and lies below the daily profile's mean over that hour, the daily
-  profile is shifted down by the difference (at most WEEKDAY_DIP_MAX), so a Sunday evening is
+  profile is shifted down by the difference (at most ``weekday_dip_max``, 4x: a weekend is
+  typically 2-3x quieter, and the bound limits what one odd week, a holiday or an outage,
+  learned into a weekly slot can do to the same hour a week later), so a Sunday evening is
   judged against Sunday evenings, not against Tuesday's, while the daily profile keeps its
   15-minute resolution (an hourly weekly slot alone would dilute a 10-minute CI warm-up);
 - a robust spread of the residual y - prediction: a streaming MAD (sign stochastic
@@ -52,10 +54,6 @@ SPREAD_MIN = 0.01
 # A profile averages over about this many occurrences of its slot (days, or weeks).
 PROFILE_MEMORY = 7.0
 PROFILE_EXPECTILE = 0.8
-# The weekday shift lowers the daily profile by at most this (log-rate, e^1.386 = 4x): a
-# weekend is typically 2-3x quieter than the weekday mix.  The bound limits what one odd week
-# (a holiday, an outage) learned into a weekly slot can do to the same hour a week later.
-WEEKDAY_DIP_MAX = math.log(4.0)
 DAY_SLOTS_PER_HOUR = int(WEEK_SLOT / DAY_SLOT)
 
 
@@ -94,6 +92,7 @@ class SeasonalBaseline:
         )
         self.alpha = np.array([min(1.0, tick / max(r.history, tick)) for r in rules], dtype=f64)
         self.seasonal = np.array([r.seasonal for r in rules], dtype=bool)
+        self.dip_max = np.array([math.log(r.weekday_dip_max) for r in rules], dtype=np.float32)
         # Daily-profile neighbours looked at on either side of the current slot, per row.
         self.reach = np.array([round(r.seasonal_window / DAY_SLOT) for r in rules], np.int64)
         self._reach_max = int(self.reach.max()) if n else 0
@@ -164,14 +163,15 @@ class SeasonalBaseline:
 
     def _weekday_shift(self, w: int, week_ok: np.ndarray) -> np.ndarray:
         """How far this weekday's hour lies below the daily profile's mean over the same hour
-        (log-rate, in [-WEEKDAY_DIP_MAX, 0]); 0 where either is not ready."""
+        (log-rate, in [-ln weekday_dip_max, 0]); 0 where either is not ready."""
         first = (w % 24) * DAY_SLOTS_PER_HOUR
         hour = slice(first, first + DAY_SLOTS_PER_HOUR)
         ready = self.day_n[hour] >= self.slot_ticks_day
         count = ready.sum(axis=0)
         mean = np.where(ready, self.day[hour], 0.0).sum(axis=0, dtype=np.float32)
         mean /= np.maximum(count, 1)
-        shift = np.clip(self.week[w] - mean, -WEEKDAY_DIP_MAX, 0.0).astype(np.float32)
+        shift = np.minimum(self.week[w] - mean, np.float32(0.0))
+        np.maximum(shift, -self.dip_max, out=shift)
         return np.where(week_ok & (count > 0), shift, np.float32(0.0))
 
     def learn(self, rate: np.ndarray, p: Prediction) -> None:

@@ -62,6 +62,7 @@ class SpikeSettings:
     max_ratio: float = 8.0  # the detector's default
     seasonal_window: float = 900.0  # seconds either side of the slot; the detector's default
     escalate_ratio: float = 0.0  # re-announce at this factor x the rate announced; 0 = off
+    weekday_dip: float = 4.0  # the rule's weekday_dip_max (1 = off); the detector's default
     drop_ratio: float = 0.0  # the drop rule (rate below baseline / ratio); 0 = off
     drop_hold: float = 3600.0
 
@@ -78,6 +79,7 @@ class SpikeSettings:
             "max_ratio": max(self.max_ratio, self.min_ratio),
             "seasonal_window": self.seasonal_window,
             "escalate_ratio": self.escalate_ratio,
+            "weekday_dip_max": self.weekday_dip,
             "drop_ratio": self.drop_ratio,
             "drop_hold": self.drop_hold,
         }
@@ -88,7 +90,7 @@ class SpikeSettings:
             f"min_history={min(self.min_history, self.history) / 3600:g}h "
             f"resolve_hold={self.resolve_hold / 60:g}m hysteresis={self.hysteresis:g} "
             f"floor={self.floor:g}x probation mean max_ratio={self.max_ratio:g} "
-            f"seasonal_window={self.seasonal_window / 60:g}m "
+            f"seasonal_window={self.seasonal_window / 60:g}m weekday_dip={self.weekday_dip:g} "
             f"escalate_ratio={self.escalate_ratio:g} drop_ratio={self.drop_ratio:g} "
             f"drop_hold={self.drop_hold / 60:g}m, hold=0"
         )

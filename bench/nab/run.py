@@ -83,6 +83,7 @@ GRID = {
     "seasonal_window": (900.0, 7200.0),
     "escalate_ratio": (0.0, 4.0),
     "drop_ratio": (0.0, 3.0),
+    "weekday_dip": (1.0, 4.0),
 }
 
 # Leave one file out (select()): a subset file whose choice differs from CHOSEN is listed here.
