@@ -137,6 +137,9 @@ class BeaconRule(_Strict):
 
     enabled: bool = True
     repeats: int = Field(5, ge=3, le=16)
+    # Smaller ticks are not looked at: TCP keepalives, NTP, DNS and ping (40-100 B) are
+    # periodic and of one size on every host; a beacon worth the name carries more.
+    min_bytes: int = Field(256, ge=1)
     size_tolerance: float = Field(0.0, ge=0, le=0.5)
     jitter: float = Field(0.1, ge=0, le=0.45)
     max_period: Duration = 3600.0

@@ -162,3 +162,15 @@ def test_config_rejects_a_resolve_hold_shorter_than_the_period():
         )
     text = "\n".join(err.value.problems)
     assert "surfaces[0].budget.beacon" in text and "resolve_hold" in text
+
+
+def test_keepalives_and_other_small_periodic_packets_are_not_beacons():
+    """A TCP keepalive every 75 s (66 B) and an NTP poll every 64 s (90 B) on a quiet host:
+    periodic and of one size, but under min_bytes; the same at 300 B is a beacon."""
+    ticks = 600
+    bank = BeaconBank([BeaconRule(), BeaconRule()], 15.0)
+    keepalive = beacon(ticks, 5, 66.0) + beacon(ticks, 4, 90.0, start=1)
+    larger = beacon(ticks, 5, 300.0)
+    hits = [bank.update(i, np.array([keepalive[i], larger[i]])) for i in range(ticks)]
+    assert not any(h[0] for h in hits)
+    assert any(h[1] for h in hits)

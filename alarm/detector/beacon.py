@@ -6,7 +6,8 @@ threshold and budget on a surface that writes a little all day: 1 KiB every 10 m
 sizes vary (a tick's byte count is a sum of writes and headers), their times are Poisson.  RITA
 scores beacons the same way, on interval and size consistency per connection pair.
 
-Per row, a ring of the last RING ticks in which the row wrote (absolute tick index, bytes).  A
+Per row, a ring of the last RING ticks in which the row wrote at least ``min_bytes`` (absolute
+tick index, bytes).  A
 tick in which the row writes ``b`` bytes is beacon evidence when earlier ring entries of the
 same size (within ``size_tolerance`` of ``b``; 0 = the same byte count) sit at 1, 2, ...,
 ``repeats - 1`` periods back, each within ``jitter`` x period per period of its place, where
@@ -32,6 +33,7 @@ class BeaconBank:
         n = len(rules)
         self.enabled = np.array([r.enabled for r in rules], dtype=bool)
         self.repeats = np.array([r.repeats for r in rules], dtype=np.int64)
+        self.min_bytes = np.array([r.min_bytes for r in rules], dtype=np.float64)
         self.size_tolerance = np.array([r.size_tolerance for r in rules])
         self._tolerance32 = self.size_tolerance.astype(np.float32)
         self._exact = not self.size_tolerance.any()
@@ -54,7 +56,7 @@ class BeaconBank:
         """Judge and remember one tick's byte counts; True where the tick is beacon evidence."""
         self.period[:] = 0
         breach = np.zeros(nbytes.size, dtype=bool)
-        active = self.enabled & (nbytes > 0)
+        active = self.enabled & (nbytes >= self.min_bytes)
         size = nbytes.astype(np.float32)
         # Over every row, not a gather of the active ones: a contiguous pass over the ring is
         # cheaper than copying 70% of it.  Empty entries hold 0, which no active size equals.
@@ -62,8 +64,13 @@ class BeaconBank:
             same = self.ring_bytes == size
         else:
             same = np.abs(self.ring_bytes - size) <= self._tolerance32 * size
-        # Most writes match no earlier size: only the rest are looked at further.
+        # Most writes match no earlier size: only the rest are looked at further, and of
+        # those not the steady writers (the same bytes in the tick before: period 1).
         cand = np.flatnonzero(active & same.any(axis=0))
+        if cand.size:
+            last = (self.ring_pos[cand].astype(np.int64) - 1) % RING
+            steady = same[last, cand] & (tick_index - self.ring_tick[last, cand] < 2)
+            cand = cand[~steady]
         if cand.size:
             self._judge(tick_index, cand, same[:, cand], size[cand], breach)
 
