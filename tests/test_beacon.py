@@ -34,9 +34,9 @@ def beacon(ticks: int, every: int, size: float, start: int = 0, jitter: int = 0,
     return out
 
 
-def first_evidence(bank: BeaconBank, writes: np.ndarray) -> int | None:
+def first_evidence(bank: BeaconBank, writes: np.ndarray, start: int = 1000) -> int | None:
     for i, b in enumerate(writes):
-        if bank.update(1000 + i, np.array([b]))[0]:
+        if bank.update(start + i, np.array([b]))[0]:
             return i
     return None
 
@@ -47,7 +47,7 @@ def test_a_beacon_among_a_boards_own_writes_is_seen_at_its_fifth_write():
     bank = BeaconBank([BeaconRule()], TICK)
     assert first_evidence(bank, board[:1000]) is None
     writes = board[1000:] + beacon(1000, 10, 1024.0, start=3)
-    at = first_evidence(bank, writes)
+    at = first_evidence(bank, writes, start=2000)
     # The 5th beacon is at tick 43; one of the five may share its tick with a board write.
     assert at is not None and 43 <= at <= 53
     assert bank.period[0] == 10 and bank.size[0] == 1024
@@ -174,3 +174,14 @@ def test_keepalives_and_other_small_periodic_packets_are_not_beacons():
     hits = [bank.update(i, np.array([keepalive[i], larger[i]])) for i in range(ticks)]
     assert not any(h[0] for h in hits)
     assert any(h[1] for h in hits)
+
+
+def test_a_constant_rate_stream_whose_tick_sums_alias_is_not_a_beacon():
+    """600 B packets at 1.5 and 2.5 a tick: tick sums of 1, 2, 1, 2 (or 2, 3, 2, 3) packets,
+    one size every two ticks, but the surface writes in every tick."""
+    ticks = 400
+    bank = BeaconBank([BeaconRule(), BeaconRule()], 1.0)
+    t = np.arange(ticks)
+    a = 600.0 * (np.floor((t + 1) * 1.5) - np.floor(t * 1.5))
+    b = 600.0 * (np.floor((t + 1) * 2.5) - np.floor(t * 2.5))
+    assert not any(bank.update(i, np.array([a[i], b[i]])).any() for i in range(ticks))

@@ -13,7 +13,8 @@ same size (within ``size_tolerance`` of ``b``; 0 = the same byte count) sit at 1
 ``repeats - 1`` periods back, each within ``jitter`` x period per period of its place, where
 the period is the gap to the latest earlier entry of that size.  Periods shorter than two ticks
 are a steady rate, which the budgets judge; periods longer than ``max_period`` are not looked
-for.  Only rows that wrote in the tick are touched.
+for; a row that wrote in more than half of the ticks the beacon would span (up to RING) is a
+stream (its tick sums alias into a few recurring sizes) and is not judged.  Only rows that wrote in the tick are touched.
 """
 
 from __future__ import annotations
@@ -89,14 +90,23 @@ class BeaconBank:
         size: np.ndarray,
         breach: np.ndarray,
     ) -> None:
-        gap = np.where(same, tick_index - self.ring_tick[:, rows], np.iinfo(np.int64).max)
+        age = tick_index - self.ring_tick[:, rows]
+        gap = np.where(same, age, np.iinfo(np.int64).max)
         period = gap.min(axis=0)
         ok = (period >= 2) & (period <= self.max_period[rows])
         period = np.where(ok, period, 0)
         jitter = np.maximum(1, np.rint(self.jitter[rows] * period)).astype(np.int64)
         need = self.repeats[rows]
+        # A row that wrote in most of the ticks the beacon would span (as far as the ring
+        # sees) is a stream, not a beacon: a constant-rate stream's tick sums alias into a few
+        # sizes that recur at short, regular gaps.
+        window = np.minimum((need - 1) * period, RING)
+        ok &= (age <= window).sum(axis=0) <= window // 2
+        # Each earlier beat has its own window, never reaching half a period: one write may
+        # not stand for two beats.
+        half = (period - 1) // 2
         for k in range(2, int(need.max())):
-            found = (np.abs(gap - k * period) <= k * jitter).any(axis=0)
+            found = (np.abs(gap - k * period) <= np.minimum(k * jitter, half)).any(axis=0)
             ok &= found | (k >= need)
         hit = rows[ok]
         breach[hit] = True
