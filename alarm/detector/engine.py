@@ -94,6 +94,13 @@ class Detector:
             np.zeros(n),
             np.array([r.resolve_hold for r in plan.beacon]),
         )
+        # Every surface rule's alert bank, by rule name.
+        self.alert_banks: dict[str, AlertBank] = {
+            "spike": self.spike_alerts,
+            "budget": self.budget_alerts,
+            "drop": self.drop_alerts,
+            "beacon": self.beacon_alerts,
+        }
 
         # Member row -> its aggregate's index (or the dummy index len(aggregates)).
         self.aggregates: dict[SurfaceKey, list[SurfaceKey]] = {}
@@ -247,14 +254,6 @@ class Detector:
             seasonal_judged=bool(self.relative._judged[row]),
         )
 
-    def _banks(self) -> dict[str, AlertBank]:
-        return {
-            "spike": self.spike_alerts,
-            "budget": self.budget_alerts,
-            "drop": self.drop_alerts,
-            "beacon": self.beacon_alerts,
-        }
-
     def beacon_on(self, row: int) -> bool:
         return bool(self.beacon.enabled[row])
 
@@ -339,7 +338,7 @@ class Detector:
         if prev == new == AlertState.FIRING:
             figures["escalated"] = True
             what += " — escalated"
-        bank = self._banks().get(rule, self.budget_alerts)
+        bank = self.alert_banks[rule]
         who = f"all {kind} surfaces" if aggregate else f"{kind} surface {name}"
         summary = f"{who} {what}" + ("" if state != "resolved" else " — resolved")
         evidence: list[tuple[str, int]] = []
@@ -437,7 +436,7 @@ class Detector:
 
     def firing(self) -> list[tuple[str, str, str]]:
         out = []
-        for bank in self._banks().values():
+        for bank in self.alert_banks.values():
             for row in np.flatnonzero(bank.state == AlertState.FIRING):
                 out.append((bank.targets[row], bank.rule, bank.fingerprint(int(row))))
         for m in self.source_alerts.values():
@@ -451,7 +450,7 @@ class Detector:
         out |= {f"budget.{a}": getattr(self.budget, a) for a in BudgetBank.STATE}
         out |= {f"relative.{a}": getattr(self.relative, a) for a in RelativeBank.STATE}
         out |= {f"beacon.{a}": getattr(self.beacon, a) for a in BeaconBank.STATE}
-        for rule, bank in self._banks().items():
+        for rule, bank in self.alert_banks.items():
             out |= {f"{rule}_alerts.{a}": getattr(bank, a) for a in AlertBank.STATE}
         return out
 
@@ -471,7 +470,7 @@ class Detector:
             + self.budget.nbytes()
             + self.relative.nbytes()
             + self.beacon.nbytes()
-            + sum(bank.nbytes() for bank in self._banks().values())
+            + sum(bank.nbytes() for bank in self.alert_banks.values())
             + sum(a.nbytes for a in figures)
         )
 
