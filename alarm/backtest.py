@@ -1,69 +1,70 @@
-"""Backtest: replay recorded input on its own timestamps, as fast as the CPU allows, and write
-the alert state changes that would have happened, one JSON object per line.
+"""Backtest: the service's pipeline on recorded input, with the input's own clock.
 
-Kernel logs are split into byte ranges scanned in parallel worker processes (parse, classify
-and aggregate per tick and surface); the detector then runs sequentially over every tick in
-the covered time range — quiet ticks included, since they matter to baselines and budgets.
+Each input file is replayed as a source: its batches go through ``Pipeline.apply`` exactly as
+a live source's do, and ticks are evaluated with ``Pipeline.close_until`` as far as every input
+has been read — the service's event-time rule with a simulated clock.  So a backtest previews
+exactly what the service would have paged on the same records.  Each alert state change is
+written as one JSON object per line.
+
+Inputs are read in byte ranges by worker processes, a few ranges ahead of the pipeline, and
+consumed in order: memory is bounded by the surfaces and their history, never by the length
+of the input.  Kernel logs go through the fence scanner (native where built); write events
+(JSON lines naming their surface) through a bulk regex with a per-line JSON fallback.
 """
 
 from __future__ import annotations
 
-import heapq
 import json
 import math
 import os
+import re
 import sys
 import time
+from collections import Counter, deque
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
-from alarm.classify import EgressClassifier, contributor_name
-from alarm.config import Config, SurfaceConfig
-from alarm.fastscan import FlowScan, scan_flows
+from alarm.collectors.kernel.fastscan import FlowScan, scan_flows
+from alarm.collectors.kernel.fence import flow_events
+from alarm.collectors.kernel.formats import detect_format
+from alarm.config import Config
+from alarm.events import NAMED, Batch, KeyedSubjects, WriteEvents
 from alarm.pipeline import Pipeline
+from alarm.settings import SURFACE_KINDS
 
-TickSurface = tuple[int, str, str]  # tick index, kind, surface
-CONTRIBUTORS_PER_CELL = 10
-SPLIT_BYTES = 16 << 20
+SPLIT_BYTES = 8 << 20
+MIN_SPLIT = 1 << 20
+UNDECLARED_REPORTED = 20  # undeclared surface names listed in the summary
+KERNEL_FORMATS = ("syslog", "kmsg", "dmesg", "journal-json")
+
+
+class BacktestInputError(ValueError):
+    """An input file that cannot be replayed: missing, unreadable, or of no known format."""
 
 
 @dataclass(slots=True)
-class ChunkResult:
-    cells: dict[TickSurface, list[int]] = field(default_factory=dict)  # -> [bytes, events]
-    contributors: dict[TickSurface, dict[str, int]] = field(default_factory=dict)
+class Chunk:
+    """What a worker read from one byte range."""
+
     lines: int = 0
-    fence_records: int = 0
     parse_errors: int = 0
     forged: int = 0
-
-    def merge(self, other: ChunkResult) -> None:
-        for key, (b, e) in other.cells.items():
-            cell = self.cells.get(key)
-            if cell is None:
-                self.cells[key] = [b, e]
-            else:
-                cell[0] += b
-                cell[1] += e
-        for key, contrib in other.contributors.items():
-            mine = self.contributors.setdefault(key, {})
-            for c, b in contrib.items():
-                mine[c] = mine.get(c, 0) + b
-            if len(mine) > 4 * CONTRIBUTORS_PER_CELL:
-                self.contributors[key] = dict(
-                    heapq.nlargest(CONTRIBUTORS_PER_CELL, mine.items(), key=lambda kv: kv[1])
-                )
-        self.lines += other.lines
-        self.fence_records += other.fence_records
-        self.parse_errors += other.parse_errors
-        self.forged += other.forged
+    records: int = 0
+    scan: FlowScan | None = None  # kernel logs
+    # Write events: subjects (kind or None, surface, contributor) and per-line columns.
+    subjects: list[tuple[str | None, str, str]] = field(default_factory=list)
+    subject: np.ndarray | None = None
+    ts: np.ndarray | None = None
+    nbytes: np.ndarray | None = None
+    events: np.ndarray | None = None
 
 
-def _read_range(path: str, start: int, end: int) -> bytes:
+def read_range(path: str, start: int, end: int) -> bytes:
     """The complete lines that begin in [start, end)."""
     with open(path, "rb") as fh:
         if start > 0:
@@ -79,130 +80,131 @@ def _read_range(path: str, start: int, end: int) -> bytes:
     return data
 
 
-def scan_range(
-    path: str,
-    start: int,
-    end: int,
-    fmt: str,
-    prefixes: tuple[str, ...],
-    surfaces: list[dict],
-    tick: float,
-    year: int,
-) -> ChunkResult:
-    """Worker: parse, classify and aggregate one byte range of a kernel log."""
-    classifier = EgressClassifier([SurfaceConfig.model_validate(s) for s in surfaces])
-    scan = scan_flows(_read_range(path, start, end), fmt, prefixes, tick, year)
-    return aggregate_scan(scan, classifier)
-
-
-def aggregate_scan(scan: FlowScan, classifier: EgressClassifier) -> ChunkResult:
-    """Classify a chunk's flows and sum them per tick and surface, with each cell's top
-    contributors.  Classification and contributor names are computed once per flow
-    identity; the per-cell sums are numpy group-bys."""
-    result = ChunkResult(
+def scan_kernel_range(
+    path: str, start: int, end: int, fmt: str, prefixes: tuple[str, ...], tick: float, year: int
+) -> Chunk:
+    """Worker: the fence records of one byte range of a kernel log, summed per flow and tick."""
+    data = Path(path).read_bytes() if fmt == "journal-json" else read_range(path, start, end)
+    scan = scan_flows(data, fmt, prefixes, tick, year)
+    return Chunk(
         lines=scan.lines,
         parse_errors=scan.parse_errors,
         forged=scan.forged,
-        fence_records=scan.records,
+        records=scan.records,
+        scan=scan,
     )
-    if not len(scan.ids):
-        return result
-    surface_names, surface_of = classifier.classify_columns(scan)
-    n_surfaces = len(surface_names)
-    # Cells: (tick, surface).
-    cell_key = scan.ticks * n_surfaces + surface_of[scan.ids]
-    cells, cell_idx = np.unique(cell_key, return_inverse=True)
-    # float64 sums are exact below 2**53 bytes per cell.
-    cell_bytes = np.bincount(cell_idx, weights=scan.nbytes, minlength=len(cells))
-    cell_packets = np.bincount(cell_idx, weights=scan.packets, minlength=len(cells))
-    keys = [
-        (int(c // n_surfaces), "egress", surface_names[int(c % n_surfaces)]) for c in cells.tolist()
+
+
+_NUM = r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
+_STR = r'"((?:[^"\\\n]|\\.)*)"'
+# The layout capalarm and its benchmarks write; any other line goes through json.loads.
+_EVENT_LINE = re.compile(
+    rf'^\{{"ts": ?{_NUM}, ?"surface": ?{_STR}, ?"bytes": ?(\d+)(?:, ?"events": ?(\d+))?'
+    rf'(?:, ?"kind": ?{_STR})?(?:, ?"contributor": ?{_STR})?\}}\r?$',
+    re.MULTILINE,
+)
+
+
+def _unescape(text: str) -> str:
+    return json.loads(f'"{text}"') if "\\" in text else text
+
+
+def parse_events(data: bytes) -> Chunk:
+    """Write events ``{"ts", "surface", "bytes"[, "events", "kind", "contributor"]}`` of one
+    chunk of complete lines into columns."""
+    text = data.decode("utf-8", "replace")
+    lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+    matches = _EVENT_LINE.findall(text)
+    rows: list[tuple[float, str | None, str, str, int, int]] = [
+        (
+            float(ts),
+            _unescape(kind) if kind else None,
+            _unescape(s),
+            _unescape(c),
+            int(b),
+            int(e or 1),
+        )
+        for ts, s, b, e, kind, c in matches
     ]
-    for key, b, n in zip(keys, cell_bytes.tolist(), cell_packets.tolist(), strict=True):
-        result.cells[key] = [int(b), int(n)]
-    # Contributors (destination, port, protocol): bytes per (cell, contributor), the top
-    # CONTRIBUTORS_PER_CELL of each cell; names are formatted for those only.
-    n_protos = max(len(scan.protos), 1)
-    contrib_of = (scan.id_dst * 100_001 + scan.id_dpt + 1) * n_protos + scan.id_proto
-    contribs, contrib_idx = np.unique(contrib_of, return_inverse=True)
-    pair = cell_idx * len(contribs) + contrib_idx[scan.ids]
-    pairs, pair_idx = np.unique(pair, return_inverse=True)
-    pair_bytes = np.bincount(pair_idx, weights=scan.nbytes, minlength=len(pairs))
-    pair_cell = pairs // len(contribs)
-    order = np.lexsort((-pair_bytes, pair_cell))
-    rank = np.arange(len(order)) - np.searchsorted(pair_cell[order], pair_cell[order])
-    top = order[rank < CONTRIBUTORS_PER_CELL]
-    for c, k, b in zip(
-        pair_cell[top].tolist(),
-        contribs[pairs[top] % len(contribs)].tolist(),
-        pair_bytes[top].tolist(),
-        strict=True,
-    ):
-        rest, proto = divmod(k, n_protos)
-        dst, dpt = divmod(rest, 100_001)
-        name = contributor_name(scan.dsts[dst], None if dpt == 0 else dpt - 1, scan.protos[proto])
-        result.contributors.setdefault(keys[c], {})[name] = int(b)
-    return result
+    blank = sum(1 for line in text.splitlines() if not line.strip())
+    errors = 0
+    if len(matches) + blank != lines:
+        rows, errors = _parse_events_slowly(text)
+    chunk = Chunk(lines=lines, parse_errors=errors, records=len(rows))
+    index: dict[tuple[str | None, str, str], int] = {}
+    subject = np.empty(len(rows), dtype=np.int64)
+    for i, (_, kind, surface, contributor, _, _) in enumerate(rows):
+        key = (kind, surface, contributor)
+        j = index.get(key)
+        if j is None:
+            j = index[key] = len(index)
+        subject[i] = j
+    chunk.subjects = list(index)
+    chunk.subject = subject
+    chunk.ts = np.array([r[0] for r in rows], dtype=np.float64)
+    chunk.nbytes = np.array([r[4] for r in rows], dtype=np.int64)
+    chunk.events = np.array([r[5] for r in rows], dtype=np.int64)
+    return chunk
 
 
-def _scan_events(path: str, tick: float) -> ChunkResult:
-    """Generic write events: {"ts", "surface", "bytes", "events"[, "kind", "contributor"]}."""
-    result = ChunkResult()
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            result.lines += 1
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                ts = float(obj["ts"])
-                surface = str(obj["surface"])
-                nbytes = int(obj.get("bytes", 0))
-                events = int(obj.get("events", 1))
-                kind = str(obj.get("kind", "egress"))
-                if nbytes < 0 or events < 0 or ts != ts:
-                    raise ValueError("negative or NaN")
-            except (ValueError, TypeError, KeyError, AttributeError):
-                result.parse_errors += 1
-                continue
+def _parse_events_slowly(
+    text: str,
+) -> tuple[list[tuple[float, str | None, str, str, int, int]], int]:
+    rows = []
+    errors = 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            ts = float(obj["ts"])
+            surface = str(obj["surface"])
+            nbytes = int(obj.get("bytes", 0))
+            events = int(obj.get("events", 1))
+            kind = obj.get("kind")
             contributor = obj.get("contributor")
-            _add(
-                result,
-                (int(ts // tick), kind, surface),
+            if nbytes < 0 or events < 0 or not math.isfinite(ts):
+                raise ValueError("negative, infinite or NaN")
+        except (ValueError, TypeError, KeyError, AttributeError):
+            errors += 1
+            continue
+        rows.append(
+            (
+                ts,
+                None if kind is None else str(kind),
+                surface,
+                "" if contributor is None else str(contributor),
                 nbytes,
                 events,
-                None if contributor is None else str(contributor),
             )
-            result.fence_records += 1
-    return result
+        )
+    return rows, errors
 
 
-def _add(
-    result: ChunkResult, key: TickSurface, nbytes: int, events: int, contributor: str | None
-) -> None:
-    cell = result.cells.get(key)
-    if cell is None:
-        result.cells[key] = [nbytes, events]
-    else:
-        cell[0] += nbytes
-        cell[1] += events
-    if contributor is not None:
-        contrib = result.contributors.setdefault(key, {})
-        contrib[contributor] = contrib.get(contributor, 0) + nbytes
-
-
-def _ranges(path: str, size: int, parts: int) -> Iterator[tuple[int, int]]:
-    step = max(1 << 20, min(SPLIT_BYTES, -(-size // max(parts, 1))))
+def _ranges(size: int, parts: int) -> Iterator[tuple[int, int]]:
+    step = max(MIN_SPLIT, min(SPLIT_BYTES, -(-size // max(parts, 1))))
     for start in range(0, size, step):
         yield start, min(size, start + step)
 
 
-def detect_file_format(path: str) -> str:
-    from alarm.kernel_formats import detect_format
-
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        sample = [line.rstrip("\n") for _, line in zip(range(50), fh, strict=False)]
-    return detect_format(sample)
+def input_format(path: str) -> str:
+    """The format of an input file, or BacktestInputError naming it."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            sample = [line.rstrip("\n") for _, line in zip(range(50), fh, strict=False)]
+    except FileNotFoundError:
+        raise BacktestInputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise BacktestInputError(f"{path}: is a directory") from None
+    except OSError as exc:
+        raise BacktestInputError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        return detect_format(sample)
+    except ValueError:
+        raise BacktestInputError(
+            f"{path}: not a known input format (kmsg dump, dmesg, syslog kern.log, journalctl "
+            "-o json, or write-event JSON lines)"
+        ) from None
 
 
 @dataclass(slots=True)
@@ -215,11 +217,71 @@ class BacktestSummary:
     ticks: int = 0
     changes: int = 0
     seconds: float = 0.0
+    late_events: int = 0
+    unknown_surface_events: int = 0
+    # Surfaces named by write events that the config does not declare (counted unclassified).
+    undeclared_surfaces: dict[str, int] = field(default_factory=dict)
+    scanner: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__slots__}
         d["lines_per_second"] = self.lines / self.seconds if self.seconds else 0.0
         return d
+
+
+class Replay:
+    """One input file as a source: its chunks, read a few ahead by the pool, in order."""
+
+    def __init__(self, name: str, path: str, fmt: str, pool: ProcessPoolExecutor, ahead: int):
+        self.name = name
+        self.path = path
+        self.fmt = fmt
+        self.pool = pool
+        self.ahead = ahead
+        self.watermark = -math.inf
+
+    def chunks(self, config: Config, prefixes: tuple[str, ...], year: int) -> Iterator[Chunk]:
+        size = Path(self.path).stat().st_size
+        parts = [(0, size)] if self.fmt == "journal-json" else list(_ranges(size, self.ahead))
+        pending: deque[Future[Chunk]] = deque()
+        for start, end in parts:
+            if self.fmt in KERNEL_FORMATS:
+                fut = self.pool.submit(
+                    scan_kernel_range, self.path, start, end, self.fmt, prefixes, config.tick, year
+                )
+            else:
+                fut = self.pool.submit(_parse_events_range, self.path, start, end)
+            pending.append(fut)
+            if len(pending) > self.ahead:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def _parse_events_range(path: str, start: int, end: int) -> Chunk:
+    return parse_events(read_range(path, start, end))
+
+
+def chunk_batch(chunk: Chunk, fmt: str, tick: float) -> Batch:
+    counts = {
+        "records_read": chunk.records,
+        "parse_errors": chunk.parse_errors,
+        "forged_records": chunk.forged,
+    }
+    counts = {k: n for k, n in counts.items() if n}
+    if chunk.scan is not None:
+        ev = flow_events(chunk.scan, tick)
+        wm = None if ev is None else float(chunk.scan.ticks.max()) * tick
+        return Batch(ev, counts, watermark=wm)
+    if chunk.ts is None or not len(chunk.ts):
+        return Batch(None, counts)
+    subjects = KeyedSubjects(
+        keys=[(kind, surface) for kind, surface, _ in chunk.subjects],
+        contributors=[c for _, _, c in chunk.subjects],
+    )
+    assert chunk.subject is not None and chunk.nbytes is not None and chunk.events is not None
+    ev = WriteEvents(NAMED, subjects, chunk.subject, chunk.ts, chunk.nbytes, chunk.events)
+    return Batch(ev, counts, watermark=float(chunk.ts.max()))
 
 
 def run_backtest(
@@ -232,85 +294,124 @@ def run_backtest(
     t0 = time.perf_counter()
     tick = config.tick
     year = year or time.gmtime().tm_year
-    prefixes = tuple(dict.fromkeys(p for s in config.sources for p in s.prefixes)) or (
-        "EGRESS_FENCE",
+    formats = [(path, input_format(path)) for path in inputs]
+    prefixes = tuple(
+        dict.fromkeys(p for s in config.sources for p in getattr(s, "prefixes", ()))
+    ) or ("EGRESS_FENCE",)
+    # Kernel inputs replay as the config's first kernel source (so `source:` selectors
+    # apply); write events name their surfaces.
+    kernel_name = next(
+        (s.name for s in config.sources if getattr(s, "prefixes", None) is not None), "kernel"
     )
-    surfaces = [s.model_dump() for s in config.surfaces]
-    total = ChunkResult()
+    replays_named: dict[str, tuple[str, str]] = {}
+    names = []
+    for i, (_, fmt) in enumerate(formats):
+        if fmt in KERNEL_FORMATS:
+            name = kernel_name
+            replays_named.setdefault(name, (fmt, "egress"))
+        else:
+            name = f"events{i}"
+            replays_named[name] = ("events", "egress")
+        names.append(name)
+    live = {s.name for s in config.sources}
+    backtest_config = config.model_copy(
+        update={"sources": [s for s in config.sources if s.name in names]}
+    )
+    extra = {n: t for n, t in replays_named.items() if n not in live}
+    # Write events may name any kind's surfaces (or undeclared ones of any kind).
+    named = any(f not in KERNEL_FORMATS for _, f in formats)
+    pipeline = Pipeline(backtest_config, extra, extra_kinds=SURFACE_KINDS if named else ())
+    summary = BacktestSummary(inputs=len(inputs))
+    undeclared: Counter[str] = Counter()
+    declared = {s.name for s in config.surfaces}
     workers = workers or os.cpu_count() or 1
-    kinds = {"egress"}
+    write = out.write
+    last_end = -math.inf
     with ProcessPoolExecutor(workers) as pool:
-        futures = []
-        for path in inputs:
-            fmt = detect_file_format(path)
-            if fmt == "events-jsonl":
-                part = _scan_events(path, tick)
-                kinds |= {k for _, k, _ in part.cells}
-                total.merge(part)
-            elif fmt == "journal-json":
-                # Journal exports are small: scanned entry by entry in this process.
-                scan = scan_flows(Path(path).read_bytes(), fmt, prefixes, tick, year)
-                total.merge(aggregate_scan(scan, EgressClassifier(config.surfaces)))
-            else:
-                size = Path(path).stat().st_size
-                for start, end in _ranges(path, size, workers):
-                    futures.append(
-                        pool.submit(
-                            scan_range, path, start, end, fmt, prefixes, surfaces, tick, year
-                        )
+        replays = [
+            Replay(name, path, fmt, pool, ahead=max(2, workers))
+            for name, (path, fmt) in zip(names, formats, strict=True)
+        ]
+        # Inputs are replayed one after another in the order given (rotated logs first);
+        # ticks close as far as the input being read has got.
+        for replay in replays:
+            for chunk in replay.chunks(config, prefixes, year):
+                summary.lines += chunk.lines
+                summary.records += chunk.records
+                summary.parse_errors += chunk.parse_errors
+                summary.forged += chunk.forged
+                if chunk.scan is not None:
+                    summary.scanner = "native" if chunk.scan.native else "regex"
+                if chunk.subjects and chunk.subject is not None and chunk.events is not None:
+                    per_subject = np.bincount(
+                        chunk.subject, weights=chunk.events, minlength=len(chunk.subjects)
                     )
-        for fut in futures:
-            total.merge(fut.result())
-
-    pipeline = Pipeline(config, kinds_in_use=sorted(kinds & {"egress", "fs", "registry"}))
-    summary = BacktestSummary(
-        inputs=len(inputs),
-        lines=total.lines,
-        records=total.fence_records,
-        parse_errors=total.parse_errors,
-        forged=total.forged,
-    )
-    by_tick: dict[int, list[TickSurface]] = {}
-    for key in total.cells:
-        by_tick.setdefault(key[0], []).append(key)
-    if by_tick:
-        first, last = min(by_tick), max(by_tick)
+                    for (_, surface, _), n in zip(
+                        chunk.subjects, per_subject.tolist(), strict=True
+                    ):
+                        if surface not in declared:
+                            undeclared[surface] += int(n)
+                batch = chunk_batch(chunk, replay.fmt, tick)
+                pipeline.apply(replay.name, batch, None)
+                if batch.events is not None and len(batch.events.ts):
+                    last_end = max(last_end, float(batch.events.ts.max()))
+                if batch.watermark is not None:
+                    _write(pipeline.close_until(batch.watermark), write, summary)
+    if math.isfinite(last_end):
         # Run on past the last record long enough for spikes and budgets to resolve.
-        holds = [config.unclassified_spike.resolve_hold, 30.0]
+        holds = [config.unclassified_spike.resolve_hold, 60.0]
         holds += [
             h
             for s in config.surfaces
             for h in (s.spike.resolve_hold, s.effective_budget().resolve_hold)
         ]
-        tail = math.ceil(max(holds) / tick) + 2
-        write = out.write
-        for idx in range(first, last + 1 + tail):
-            for key in by_tick.get(idx, ()):
-                nbytes, events = total.cells[key]
-                contrib = total.contributors.get(key)
-                if contrib:
-                    for c, b in contrib.items():
-                        pipeline.table.add(key[1], key[2], b, 0, c)
-                    pipeline.table.add(key[1], key[2], nbytes - sum(contrib.values()), events, None)
-                else:
-                    pipeline.table.add(key[1], key[2], nbytes, events, None)
-            result = pipeline.close_tick((idx + 1) * tick, tick)
-            summary.ticks += 1
-            for change in result.changes:
-                write(json.dumps(change.to_dict(), separators=(",", ":")) + "\n")
-                summary.changes += 1
+        end = (math.floor(last_end / tick) + 1) * tick + (math.ceil(max(holds) / tick) + 2) * tick
+        _write(pipeline.close_until(end), write, summary)
+    summary.ticks = pipeline.ticks
+    summary.late_events = sum(s.counters["late_events"] for s in pipeline.sources.values())
+    summary.unknown_surface_events = pipeline.table.unknown_surface_events
+    summary.undeclared_surfaces = dict(undeclared.most_common(UNDECLARED_REPORTED))
     summary.seconds = time.perf_counter() - t0
     return summary
+
+
+def _write(results: list[Any], write: Any, summary: BacktestSummary) -> None:
+    for result in results:
+        for change in result.changes:
+            write(json.dumps(change.to_dict(), separators=(",", ":")) + "\n")
+            summary.changes += 1
 
 
 def main_backtest(
     config: Config, inputs: list[str], output: str | None, workers: int | None
 ) -> int:
-    out: IO[str] = sys.stdout if output in (None, "-") else open(output, "w")  # noqa: SIM115
+    """``capalarm backtest``: exit 2 naming the input that cannot be replayed."""
+    try:
+        for path in inputs:
+            input_format(path)
+    except BacktestInputError as exc:
+        print(f"capalarm: backtest: {exc}", file=sys.stderr)
+        return 2
+    try:
+        out: IO[str] = sys.stdout if output in (None, "-") else open(output, "w")  # noqa: SIM115
+    except OSError as exc:
+        print(f"capalarm: backtest: cannot write {output}: {exc.strerror}", file=sys.stderr)
+        return 2
     try:
         summary = run_backtest(config, inputs, out, workers)
+    except BacktestInputError as exc:
+        print(f"capalarm: backtest: {exc}", file=sys.stderr)
+        return 2
     finally:
         if out is not sys.stdout:
             out.close()
-    print(json.dumps({"backtest": summary.to_dict()}), file=sys.stderr)
+    report = summary.to_dict()
+    print(json.dumps({"backtest": report}), file=sys.stderr)
+    if summary.undeclared_surfaces:
+        names = ", ".join(sorted(summary.undeclared_surfaces))
+        print(
+            f"capalarm: backtest: {summary.unknown_surface_events} events name surfaces the config "
+            f"does not declare ({names}); they were counted as unclassified",
+            file=sys.stderr,
+        )
     return 0

@@ -1,4 +1,9 @@
-"""The ``capalarm`` command: run, check-config, demo, backtest."""
+"""The ``capalarm`` command: run, check-config, demo, backtest.
+
+Every way a command can fail ends in one line on stderr and an exit status, never a
+traceback: 2 for bad configuration or input (the line names the key or file), 1 for a runtime
+failure (a busy port, a state directory that cannot be written, a kernel log that cannot be
+read)."""
 
 from __future__ import annotations
 
@@ -6,26 +11,48 @@ import argparse
 import asyncio
 import logging
 import sys
+from typing import NoReturn
 
 from alarm import __version__
-from alarm.config import ConfigError, load_config
+from alarm.config import Config, ConfigError, load_config
 
+EXIT_RUNTIME = 1
 EXIT_CONFIG = 2
 
 
-def _load(path: str | None):
+def fail(status: int, message: str) -> NoReturn:
+    print(f"capalarm: {message}", file=sys.stderr)
+    sys.exit(status)
+
+
+def _load(path: str | None) -> Config:
     try:
         return load_config(path)
     except ConfigError as exc:
         where = path or "embedded default"
-        print(f"capalarm: invalid configuration ({where}):", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  {problem}", file=sys.stderr)
-        sys.exit(EXIT_CONFIG)
+        if len(exc.problems) == 1 and exc.problems[0].startswith("(file): "):
+            fail(EXIT_CONFIG, exc.problems[0].removeprefix("(file): "))
+        # Every problem, each naming its key, on the one line.
+        fail(EXIT_CONFIG, f"invalid configuration ({where}): " + "; ".join(exc.problems))
+
+
+def _listen(value: str) -> str:
+    """--listen, validated as http.listen is."""
+    from pydantic import ValidationError
+
+    from alarm.config import HttpConfig
+
+    try:
+        return HttpConfig(listen=value).listen
+    except ValidationError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:9733)"
+        ) from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from alarm.service import NoKernelLog, Service, run_until_signalled
+    from alarm.collectors.base import SourceUnavailable
+    from alarm.service import Service, ServiceError, run_until_signalled
 
     config = _load(args.config)
     if args.state_dir:
@@ -35,23 +62,23 @@ def cmd_run(args: argparse.Namespace) -> int:
             update={"http": config.http.model_copy(update={"listen": args.listen})}
         )
     try:
-        service = Service(config)
-    except NoKernelLog as exc:
-        print(f"capalarm: {exc}", file=sys.stderr)
-        return 1
+        service = Service(config, config_path=args.config)
+    except SourceUnavailable as exc:
+        fail(EXIT_RUNTIME, str(exc))
     except ConfigError as exc:
         # Problems only visible at start, such as a secret that cannot be read.
-        print("capalarm: invalid configuration:", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  {problem}", file=sys.stderr)
-        return EXIT_CONFIG
-    except PermissionError as exc:
-        print(
-            f"capalarm: {exc.strerror}: {exc.filename} (use --state-dir to choose another)",
-            file=sys.stderr,
+        fail(EXIT_CONFIG, "invalid configuration: " + "; ".join(exc.problems))
+    except OSError as exc:
+        where = exc.filename or config.state_dir
+        fail(
+            EXIT_RUNTIME,
+            f"cannot use state directory {config.state_dir}: {exc.strerror or exc} ({where}; "
+            "use --state-dir to choose another)",
         )
-        return 1
-    asyncio.run(run_until_signalled(service))
+    try:
+        asyncio.run(run_until_signalled(service))
+    except ServiceError as exc:
+        fail(EXIT_RUNTIME, str(exc))
     return 0
 
 
@@ -73,12 +100,23 @@ def cmd_backtest(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from alarm.demo import run_demo
+    from alarm.service import ServiceError
 
-    return asyncio.run(run_demo(duration=args.duration, listen=args.listen))
+    try:
+        return asyncio.run(run_demo(duration=args.duration, listen=args.listen))
+    except ServiceError as exc:
+        fail(EXIT_RUNTIME, str(exc))
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with its errors in one line (no usage block), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(EXIT_CONFIG, f"{self.prog.removeprefix('capalarm').strip() or 'usage'}: {message}")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="capalarm", description="Write-volume capacity alarm for confined workloads."
     )
     parser.add_argument("--version", action="version", version=f"capalarm {__version__}")
@@ -92,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--config", help="YAML config file")
     run.add_argument("--state-dir", help="override state_dir")
-    run.add_argument("--listen", help="override http.listen (host:port)")
+    run.add_argument("--listen", type=_listen, help="override http.listen (host:port)")
     run.set_defaults(func=cmd_run)
 
     check = sub.add_parser(
@@ -103,7 +141,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="self-contained demo: generated fence traffic with a spike")
     demo.add_argument("--duration", type=float, default=60.0, help="seconds to run (default 60)")
-    demo.add_argument("--listen", default="127.0.0.1:9733")
+    demo.add_argument(
+        "--listen",
+        type=_listen,
+        default=None,
+        help="host:port for the status page (default 127.0.0.1:9733, or a free port if taken)",
+    )
     demo.set_defaults(func=cmd_demo)
 
     bt = sub.add_parser(
@@ -126,7 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    return args.func(args)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,63 +1,47 @@
 """Configuration: YAML in, validated models out, every problem named by its key path.
 
 Defaults live here, per surface kind, so that a config only states what differs.  The
-reasoning behind the numbers is in docs/detector.md.
+reasoning behind the numbers is in docs/detector.md.  Source settings come from the source
+types (alarm/collectors/), ``match:`` from each kind's classifier (alarm/classify/), and the
+notification settings from alarm/notify_config.py: this module assembles them.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import re
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
+    Discriminator,
     Field,
-    PrivateAttr,
+    Tag,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from exporters.notify_config import NotificationsConfig
+from alarm.classify import EgressMatch, FsMatch, RegistryMatch
+from alarm.collectors import SOURCE_TYPES
+from alarm.notify_config import NotificationsConfig
+from alarm.settings import (
+    NAME_PATTERN,
+    SURFACE_KINDS,
+    UNCLASSIFIED,
+    ConfigError,
+    Duration,
+    Strict,
+    SurfaceKind,
+    parse_duration,
+    problems_of,
+)
 
-SurfaceKind = Literal["egress", "fs", "registry"]
-SURFACE_KINDS: tuple[str, ...] = ("egress", "fs", "registry")
-UNCLASSIFIED = "unclassified"
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, None: 1}
-
-
-def parse_duration(value: Any) -> float:
-    """'10s', '5m', '1.5h', 30 -> seconds."""
-    if isinstance(value, bool):
-        raise ValueError("expected a duration like 10s, 5m, 1h")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        match = _DURATION.match(str(value))
-        if not match:
-            raise ValueError(f"{value!r} is not a duration like 10s, 5m, 1h")
-        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-    if seconds < 0:
-        raise ValueError("a duration cannot be negative")
-    return seconds
+__all__ = ["UNCLASSIFIED", "ConfigError", "parse_duration"]
 
 
-Duration = Annotated[float, BeforeValidator(parse_duration)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SpikeRule(_Strict):
+class SpikeRule(Strict):
     """Baseline + threshold: fires when a tick's byte rate exceeds
     max(median + z * robust_sd, median * min_ratio, floor)."""
 
@@ -106,7 +90,7 @@ class SpikeRule(_Strict):
         return self
 
 
-class BudgetHorizon(_Strict):
+class BudgetHorizon(Strict):
     """One more capacity budget on a longer horizon: a lower allowance, a larger tolerance."""
 
     horizon: str = Field(pattern=r"^[A-Za-z0-9_.]{1,16}$")
@@ -114,7 +98,7 @@ class BudgetHorizon(_Strict):
     tolerance_bits: float = Field(gt=0)
 
 
-class RelativeBudget(_Strict):
+class RelativeBudget(Strict):
     """Seasonal (relative) budget: a CUSUM on each tick's log-capacity score above ``ratio`` x
     the score's mean at that hour of the day; fires after about ``tolerance`` typical writes'
     worth above it (alarm/detector/relative.py, docs/detector.md)."""
@@ -129,7 +113,7 @@ class RelativeBudget(_Strict):
     max_learn_up: float = Field(4.0, gt=1)  # per day, like the spike baseline
 
 
-class BeaconRule(_Strict):
+class BeaconRule(Strict):
     """Rule ``beacon``: writes of one size at a regular interval (alarm/detector/beacon.py).
     Fires at the ``repeats``-th write of the same size (within ``size_tolerance``, a fraction;
     0 = the same byte count) each about one period after the last (within ``jitter`` x the
@@ -154,7 +138,7 @@ class BeaconRule(_Strict):
         return self
 
 
-class BudgetRule(_Strict):
+class BudgetRule(Strict):
     """Lampson capacity budget: one-sided CUSUM on estimated bits.
 
     S_t = max(0, S_{t-1} + bits_t - allowance * dt); fires when S_t > tolerance."""
@@ -224,65 +208,10 @@ DEFAULT_BUDGETS: dict[str, dict[str, Any]] = {
 DEFAULT_META_BITS_PER_EVENT = 64.0
 
 
-def _port_range(value: Any) -> tuple[int, int]:
-    if isinstance(value, bool):
-        raise ValueError("a port is a number or a range like 8000-8100")
-    if isinstance(value, int):
-        lo = hi = value
-    else:
-        text = str(value).strip()
-        parts = text.split("-")
-        if len(parts) not in (1, 2) or not all(p.strip().isdigit() for p in parts):
-            raise ValueError(f"{value!r} is not a port or a range like 8000-8100")
-        lo, hi = int(parts[0]), int(parts[-1])
-    if not (0 <= lo <= hi <= 65535):
-        raise ValueError(f"{value!r} is outside 0-65535 or reversed")
-    return lo, hi
+class SurfaceSettings(Strict):
+    """What every surface has; each kind adds its ``match`` (the kind's classifier fields)."""
 
-
-class Match(_Strict):
-    """All given fields must match (AND); each list matches any of its items (OR)."""
-
-    dst: list[str] = []  # CIDRs or addresses
-    dport: list[Any] = []  # ports or "lo-hi"
-    proto: list[str] = []  # tcp, udp, icmp, icmpv6, or a number
-    out: list[str] = []  # output interface; a trailing '+' matches a prefix, like iptables
-    uid: list[int] = []
-    log_prefix: list[str] = []  # the nft rule's prefix text, e.g. "EGRESS_FENCE proxy"
-
-    @field_validator("dst")
-    @classmethod
-    def _cidrs(cls, values: list[str]) -> list[str]:
-        for v in values:
-            try:
-                ipaddress.ip_network(str(v), strict=False)
-            except ValueError as exc:
-                raise ValueError(f"{v!r} is not an address or CIDR") from exc
-        return values
-
-    @field_validator("dport")
-    @classmethod
-    def _ports(cls, values: list[Any]) -> list[Any]:
-        for v in values:
-            _port_range(v)
-        return values
-
-    @field_validator("proto")
-    @classmethod
-    def _protos(cls, values: list[str]) -> list[str]:
-        return [str(v).lower() for v in values]
-
-    def port_ranges(self) -> list[tuple[int, int]]:
-        return [_port_range(v) for v in self.dport]
-
-    def is_empty(self) -> bool:
-        return not (self.dst or self.dport or self.proto or self.out or self.uid or self.log_prefix)
-
-
-class SurfaceConfig(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$")
-    kind: SurfaceKind = "egress"
-    match: Match = Match()
+    name: str = Field(pattern=NAME_PATTERN)
     spike: SpikeRule = SpikeRule()
     budget: BudgetRule | None = None  # None: the kind's default
     meta_bits_per_event: float = Field(DEFAULT_META_BITS_PER_EVENT, ge=0)
@@ -295,31 +224,67 @@ class SurfaceConfig(_Strict):
         return value
 
     def effective_budget(self) -> BudgetRule:
-        return self.budget or BudgetRule(**DEFAULT_BUDGETS[self.kind])
+        return self.budget or BudgetRule(**DEFAULT_BUDGETS[self.kind])  # type: ignore[attr-defined]
 
 
-class SourceConfig(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$")
-    # auto: /dev/kmsg, else journald, else a clear error.
-    type: Literal["auto", "kmsg", "journald", "file"] = "auto"
-    prefixes: list[str] = Field(default_factory=lambda: ["EGRESS_FENCE"], min_length=1)
-    paths: list[str] = []  # file sources: paths or globs
-    format: Literal["auto", "syslog", "dmesg", "kmsg"] = "auto"  # file sources
-    kmsg_path: str = "/dev/kmsg"
-    start_at_end: bool = True  # first start without saved state: skip what is already logged
-    # Drain process priority for kmsg; the kernel ring buffer gives a reader little slack.
-    nice: int = Field(-10, ge=-20, le=19)
-
-    @model_validator(mode="after")
-    def _paths_for_files(self) -> SourceConfig:
-        if self.type == "file" and not self.paths:
-            raise ValueError("a file source needs 'paths'")
-        if self.type != "file" and self.paths:
-            raise ValueError("'paths' is only for type: file")
-        return self
+class EgressSurface(SurfaceSettings):
+    kind: Literal["egress"] = "egress"
+    match: EgressMatch = EgressMatch()
 
 
-class WebhookConfig(_Strict):
+class FsSurface(SurfaceSettings):
+    kind: Literal["fs"]
+    match: FsMatch = FsMatch()
+
+
+class RegistrySurface(SurfaceSettings):
+    kind: Literal["registry"]
+    match: RegistryMatch = RegistryMatch()
+
+
+def _tag(field_name: str, default: str) -> Callable[[Any], str]:
+    def tag(value: Any) -> str:
+        if isinstance(value, dict):
+            return str(value.get(field_name, default))
+        return str(getattr(value, field_name, default))
+
+    # Named after the field, so an unknown tag is reported as that field's problem.
+    tag.__name__ = tag.__qualname__ = field_name
+    return tag
+
+
+SurfaceConfig = Annotated[
+    Union[  # noqa: UP007 - a tagged union is spelled with Union and Tag
+        Annotated[EgressSurface, Tag("egress")],
+        Annotated[FsSurface, Tag("fs")],
+        Annotated[RegistrySurface, Tag("registry")],
+    ],
+    Discriminator(_tag("kind", "egress")),
+]
+SourceConfig = Annotated[
+    Union[tuple(Annotated[t.config, Tag(name)] for name, t in SOURCE_TYPES.items())],  # type: ignore[valid-type]  # noqa: UP007
+    Discriminator(_tag("type", "auto")),
+]
+# Tags pydantic puts in error locations, which are not keys the user wrote.
+_UNION_TAGS = frozenset({*SURFACE_KINDS, *SOURCE_TYPES})
+
+
+class EventTime(Strict):
+    """When a tick is evaluated.  Every event counts in the tick its own timestamp falls in;
+    a tick closes once every source is past it (docs/pipeline.md)."""
+
+    # How long after a tick's end a caught-up source may still deliver events stamped in it
+    # (records in flight between the kernel, the reader and the pipeline).
+    grace: Duration = Field(0.25, le=60.0)
+    # How long (wall clock) a source that is up but behind may hold ticks open before they
+    # close without it; what it delivers later for those ticks counts as late.
+    lateness: Duration = Field(30.0, le=3600.0)
+    # After an outage at most this much past is evaluated tick by tick; older events count as
+    # late in the first tick evaluated.
+    max_backlog: Duration = Field(7 * 86400.0, ge=0)
+
+
+class WebhookConfig(Strict):
     url: str = Field(pattern=r"^https?://")
     name: str | None = None
     timeout: Duration = 5.0
@@ -328,7 +293,7 @@ class WebhookConfig(_Strict):
     headers: dict[str, str] = {}
 
 
-class HttpConfig(_Strict):
+class HttpConfig(Strict):
     listen: str = "127.0.0.1:9733"
     top_contributors: int = Field(10, ge=0, le=1000)
 
@@ -345,7 +310,7 @@ class HttpConfig(_Strict):
         return host.strip("[]") or "0.0.0.0", int(port)
 
 
-class AggregateRule(_Strict):
+class AggregateRule(Strict):
     """The kind's aggregate surface: the sum over every surface of the kind.  Its budget, when
     not given, is ``share`` x the members' allowances summed per horizon (tolerance: the
     largest member's), so a swarm of members each under budget still alarms once more than
@@ -358,12 +323,15 @@ class AggregateRule(_Strict):
     budget: BudgetRule | None = None
 
 
-class Config(_Strict):
+class Config(Strict):
     tick: Duration = 10.0
     state_dir: str = "/var/lib/capalarm"
     http: HttpConfig = HttpConfig()
-    sources: list[SourceConfig] = Field(default_factory=lambda: [SourceConfig(name="kernel")])
+    sources: list[SourceConfig] = Field(
+        default_factory=lambda: [{"name": "kernel"}], validate_default=True
+    )
     surfaces: list[SurfaceConfig] = []
+    event_time: EventTime = EventTime()
     # Unclassified surfaces per kind: default deny, so they get the tightest budget.
     unclassified: dict[SurfaceKind, BudgetRule] = {}
     unclassified_spike: SpikeRule = SpikeRule()
@@ -372,11 +340,7 @@ class Config(_Strict):
     # Shorthand for unsigned generic webhooks; each becomes a notifications destination.
     webhooks: list[WebhookConfig] = []
     notifications: NotificationsConfig = NotificationsConfig()
-    # The file this config was loaded from, so SIGHUP can read it again (None: not a file).
-    _source: str | None = PrivateAttr(None)
     heavy_hitters: int = Field(64, ge=1, le=10000)  # contributors remembered per surface
-    # Classification cache entries: bounds memory under hostile destination churn.
-    classify_cache: int = Field(65536, ge=16)
 
     @field_validator("tick")
     @classmethod
@@ -398,26 +362,36 @@ class Config(_Strict):
                 seen.add(n)
         return self
 
+    @model_validator(mode="after")
+    def _selected_sources_exist(self) -> Config:
+        kinds = {s.name: SOURCE_TYPES[s.type].kind for s in self.sources}
+        for i, surface in enumerate(self.surfaces):
+            for name in surface.match.source:
+                if name not in kinds:
+                    raise ValueError(
+                        f"surfaces[{i}].match.source: no source named {name!r} is declared"
+                    )
+                if kinds[name] != surface.kind:
+                    raise ValueError(
+                        f"surfaces[{i}].match.source: source {name!r} feeds {kinds[name]} "
+                        f"surfaces, not {surface.kind}"
+                    )
+        return self
+
+    def source_kind(self, name: str) -> str:
+        for s in self.sources:
+            if s.name == name:
+                return SOURCE_TYPES[s.type].kind
+        raise KeyError(name)
+
+    def kinds_in_use(self) -> list[str]:
+        """Kinds with a declared surface or a source feeding them: each has an
+        ``unclassified`` surface."""
+        kinds = {s.kind for s in self.surfaces} | {SOURCE_TYPES[s.type].kind for s in self.sources}
+        return [k for k in SURFACE_KINDS if k in kinds]
+
     def unclassified_budget(self, kind: str) -> BudgetRule:
         return self.unclassified.get(kind) or BudgetRule(**DEFAULT_BUDGETS[UNCLASSIFIED])  # type: ignore[call-overload]
-
-
-class ConfigError(Exception):
-    """Every problem found, each as 'key.path: message'."""
-
-    def __init__(self, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.problems = problems
-
-
-def _key_path(loc: tuple[Any, ...]) -> str:
-    parts: list[str] = []
-    for item in loc:
-        if isinstance(item, int):
-            parts.append(f"[{item}]")
-        else:
-            parts.append(("." if parts else "") + str(item))
-    return "".join(parts) or "(top level)"
 
 
 def config_from_dict(data: Any) -> Config:
@@ -428,11 +402,26 @@ def config_from_dict(data: Any) -> Config:
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            msg = err["msg"].removeprefix("Value error, ")
-            problems.append(f"{_key_path(err['loc'])}: {msg}")
-        raise ConfigError(problems) from None
+        problems = problems_of(exc, _UNION_TAGS)
+        raise ConfigError([_match_hint(p, data) for p in problems]) from None
+
+
+def _match_hint(problem: str, data: dict[str, Any]) -> str:
+    """'surfaces[2].match.dst: Extra inputs are not permitted' on an fs surface says which
+    fields fs surfaces match on instead."""
+    where, _, msg = problem.partition(": ")
+    head, sep, key = where.rpartition(".match.")
+    if not sep or msg != "Extra inputs are not permitted" or not head.startswith("surfaces["):
+        return problem
+    try:
+        kind = data["surfaces"][int(head[len("surfaces[") : -1])].get("kind", "egress")
+    except (KeyError, IndexError, ValueError, TypeError, AttributeError):
+        return problem
+    models = {"egress": EgressMatch, "fs": FsMatch, "registry": RegistryMatch}
+    if kind not in models:
+        return problem
+    fields = ", ".join(models[kind].model_fields)
+    return f"{where}: {key!r} is not a match field of {kind} surfaces (they match on {fields})"
 
 
 def load_config(path: str | Path | None) -> Config:
@@ -445,11 +434,12 @@ def load_config(path: str | Path | None) -> Config:
             text = Path(path).read_text()
         except OSError as exc:
             raise ConfigError([f"(file): cannot read {path}: {exc.strerror}"]) from None
+        except UnicodeDecodeError:
+            raise ConfigError([f"(file): {path} is not UTF-8 text"]) from None
         source = str(path)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError([f"(yaml): {source} is not valid YAML: {exc}"]) from None
-    config = config_from_dict(data)
-    config._source = None if path is None else str(path)
-    return config
+        first = str(exc).replace("\n", " ")
+        raise ConfigError([f"(yaml): {source} is not valid YAML: {first}"]) from None
+    return config_from_dict(data)

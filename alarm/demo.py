@@ -7,14 +7,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import tempfile
 import time
 
 from aiohttp import web
 
-from alarm.collectors.synthetic import Flow, SyntheticCollector
+from alarm.collectors.kernel.synthetic import Flow, SyntheticCollector
 from alarm.config import config_from_dict
 from alarm.service import Service
+
+DEFAULT_LISTEN = "127.0.0.1:9733"
 
 DEMO_SPIKE_AT = 22.0
 DRIP_FROM, DRIP_TO = 5.0, 20.0
@@ -73,7 +76,24 @@ def demo_flows() -> list[Flow]:
     ]
 
 
-async def run_demo(duration: float = 60.0, listen: str = "127.0.0.1:9733") -> int:
+def port_free(listen: str) -> bool:
+    host, _, port = listen.rpartition(":")
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        try:
+            s.bind((host.strip("[]"), int(port)))
+        except OSError:
+            return False
+    return True
+
+
+async def run_demo(duration: float = 60.0, listen: str | None = None) -> int:
+    """``listen`` None: the default port, or a free one if it is taken (and say so); a port
+    given explicitly that is taken is a ServiceError naming it."""
+    if listen is None:
+        listen = DEFAULT_LISTEN
+        if not port_free(listen):
+            print(f"capalarm demo: {listen} is taken; using a free port instead", flush=True)
+            listen = "127.0.0.1:0"
     received: list[dict] = []
 
     async def receive(request: web.Request) -> web.Response:
@@ -94,11 +114,17 @@ async def run_demo(duration: float = 60.0, listen: str = "127.0.0.1:9733") -> in
         config = config_from_dict(
             demo_config(state_dir, listen, f"http://127.0.0.1:{hook_port}/hook")
         )
-        collector = SyntheticCollector("demo", demo_flows())
-        service = Service(config, collectors=[(config.sources[0], collector)])
+        collector = SyntheticCollector("demo", demo_flows(), tick=config.tick)
+        service = Service(config, collectors={"demo": collector})
 
         task = asyncio.create_task(service.run())
-        await service.started.wait()
+        started = asyncio.create_task(service.started.wait())
+        await asyncio.wait([task, started], return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            started.cancel()
+            await runner.cleanup()
+            task.result()  # raises what stopped the service (a busy port: ServiceError)
+            return 1
         base = f"http://{listen.split(':')[0]}:{service.http_port}"
         print(
             f"capalarm demo: {duration:.0f}s of generated fence traffic, 1s ticks.\n"

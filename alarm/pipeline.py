@@ -1,41 +1,59 @@
-"""Pipeline: kernel records and write events in, closed ticks and alert changes out.
+"""Pipeline: batches in, evaluated ticks and alert changes out — the same for every kind of
+surface, and the same in the service and in the backtest.
 
-All of its state is owned by one thread (the service runs every call on a single-worker
-executor; backtest calls it directly), so it needs no locks and the event loop never does
-its CPU work.
+``apply(source, batch, now)`` classifies the batch's write events by the kind's classifier
+(alarm/classify/), counts them in the surfaces' totals and in the open tick of their own
+timestamp (alarm/eventtime.py), and takes the source's counter deltas, position and ledger rows
+in the same step.  ``close_until(end)`` evaluates every tick that ends by ``end``, in order,
+each once: the detector on the tick's sums, then the sources.  The service calls it with the
+end its sources' watermarks allow (``closable_end``); the backtest with the end of what it has
+replayed.  So a backtest previews exactly what the service would page.
+
+All of it is owned by one thread (the service runs every call on a single-worker executor;
+the backtest calls it directly), so it needs no locks and the event loop never does its CPU
+work.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from alarm.classify import EgressClassifier, contributor_name
-from alarm.collectors.base import SourceStats
+from alarm.classify import Classifier, build_classifier
+from alarm.collectors import SOURCE_TYPES
 from alarm.config import Config
 from alarm.detector.alerts import AlertChange
-from alarm.detector.engine import Detector
-from alarm.events import WriteEvent
-from alarm.fastscan import native_available, scan_flows
-from alarm.netfilter import MAX_LINE, FenceParseError, parse_fence
-from alarm.records import KernelRecord
+from alarm.detector.engine import Detector, SourceJudgement
+from alarm.events import CORE_COUNTERS, NAMED, Batch, SourceHealth, WriteEvents
+from alarm.eventtime import EventClock
+from alarm.settings import UNCLASSIFIED
+from alarm.snapshot import Snapshot, SourceView, SurfaceView
 from alarm.surfaces import SurfaceKey, SurfaceTable
 
-# Source counters that survive a restart (the rest — up, last error — describe this process).
-# Batches at least this large go through the native scanner (below it, its fixed cost of a
-# few numpy arrays is more than the per-record parser's).
-NATIVE_BATCH = 32
-_RESTORED_COUNTERS = (
-    "records_read",
-    "parse_errors",
-    "records_lost",
-    "forged_records",
-    "truncations",
-    "rotations",
-)
+# Source counters the source alarms judge, tick by tick.
+JUDGED = ("records_lost", "records_lost_unknown", "forged_records")
+
+
+@dataclass(slots=True)
+class SourceState:
+    """A source as the pipeline knows it: its type and its counters (saved with positions)."""
+
+    name: str
+    type: str
+    kind: str
+    counters: Counter[str] = field(default_factory=Counter)
+    # Deltas of the judged counters since the last evaluated tick.
+    pending: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def declared_counters(self) -> list[str]:
+        extra = SOURCE_TYPES[self.type].counters if self.type in SOURCE_TYPES else {}
+        return [*CORE_COUNTERS, *extra]
 
 
 @dataclass(slots=True)
@@ -45,281 +63,371 @@ class TickResult:
 
 
 class Pipeline:
-    def __init__(self, config: Config, kinds_in_use: Iterable[str] = ("egress",)):
+    def __init__(
+        self,
+        config: Config,
+        extra_sources: Mapping[str, tuple[str, str]] = {},
+        extra_kinds: Iterable[str] = (),
+    ):
+        """``extra_sources``: name -> (type, kind) of sources not in ``config.sources`` (the
+        demo's and tests' own collectors, the backtest's inputs); ``extra_kinds``: kinds to
+        keep an ``unclassified`` surface for although nothing declares or feeds them."""
         self.config = config
-        self.table = SurfaceTable(config, kinds_in_use)
-        self.detector = Detector(config, list(self.table.surfaces))
-        self.classifier = EgressClassifier(config.surfaces, config.classify_cache)
-        self.sources: dict[str, SourceStats] = {}
+        self.tick = config.tick
+        kinds = set(config.kinds_in_use()) | {kind for _, kind in extra_sources.values()}
+        kinds |= set(extra_kinds)
+        kinds_in_use = [k for k in ("egress", "fs", "registry") if k in kinds]
+        self.table = SurfaceTable(
+            [(s.kind, s.name) for s in config.surfaces], kinds_in_use, config.heavy_hitters
+        )
+        self.classifiers: dict[str, Classifier] = {}
+        # kind -> table row of each of the kind's declared surfaces in rule order, then the
+        # kind's unclassified row (so a classifier's -1 indexes it).
+        self._kind_rows: dict[str, np.ndarray] = {}
+        for kind in kinds_in_use:
+            declared = [s for s in config.surfaces if s.kind == kind]
+            self.classifiers[kind] = build_classifier(
+                kind, [s.name for s in declared], [s.match for s in declared]
+            )
+            rows = [self.table.index[(kind, s.name)] for s in declared]
+            self._kind_rows[kind] = np.array(
+                [*rows, self.table.unclassified_row(kind)], dtype=np.int64
+            )
+        self.detector = Detector(config, list(self.table.keys))
+        et = config.event_time
+        self.clock = EventClock(config.tick, et.grace, et.lateness, et.max_backlog)
+        self.sources: dict[str, SourceState] = {}
+        for s in config.sources:
+            self.sources[s.name] = SourceState(s.name, s.type, SOURCE_TYPES[s.type].kind)
+        for name, (type_, kind) in extra_sources.items():
+            self.sources[name] = SourceState(name, type_, kind)
         self.positions: dict[str, Any] = {}
+        # Ledger rows handed over since the last save, per source (key -> JSON text or None).
+        self.ledger: dict[str, dict[str, str | None]] = {}
         self.ticks = 0
         self.last_tick_end = 0.0
         self.last_tick_seconds = 0.0  # CPU time of the last evaluation
+        self.backlog_skipped = 0  # cells of ticks older than max_backlog, counted late
 
-    def source(self, name: str) -> SourceStats:
-        stats = self.sources.get(name)
-        if stats is None:
-            stats = SourceStats()
-            self.attach_source(name, stats)
-        return stats
+    # -- applying batches ----------------------------------------------------------------
+    def start(self, now: float) -> None:
+        """Begin judging the sources' watermarks (at service start)."""
+        for name in self.sources:
+            self.clock.attach(name, now)
 
-    def attach_source(self, name: str, stats: SourceStats) -> None:
-        """Use ``stats`` (a collector's own object) for source ``name``, keeping any counts
-        restored from saved state."""
-        restored = self.sources.get(name)
-        if restored is not None and restored is not stats:
-            for counter in _RESTORED_COUNTERS:
-                setattr(stats, counter, getattr(restored, counter))
-        self.sources[name] = stats
-        self.detector.attach_source(name, stats)
+    def apply(self, source: str, batch: Batch, now: float | None) -> None:
+        """One batch of one source, in one step.  ``now`` None: a replay (no clock)."""
+        state = self.sources.get(source)
+        if state is None:
+            kind = batch.events.kind if batch.events is not None else "egress"
+            state = self.sources[source] = SourceState(source, "external", kind)
+        for name, n in batch.counts.items():
+            if n:
+                state.counters[name] += n
+                if name in JUDGED:
+                    state.pending[name] += n
+        if batch.events is not None and len(batch.events):
+            self._count(state, batch.events, now)
+        if batch.position is not None:
+            self.positions[source] = batch.position
+        if batch.ledger:
+            self.ledger.setdefault(source, {}).update(batch.ledger)
+        self.clock.advance(source, batch.watermark, 0.0 if now is None else now)
 
-    def ingest_kernel(
-        self,
-        source: str,
-        records: list[KernelRecord],
-        prefixes: tuple[str, ...],
-        require_trusted: bool,
-    ) -> None:
-        """Parse, classify and count fence records.  ``require_trusted``: the source can prove
-        kernel origin, so records it cannot vouch for are forged, not traffic."""
-        if len(records) >= NATIVE_BATCH and native_available():
-            records = self._ingest_native(source, records, prefixes, require_trusted)
-        stats = self.source(source)
+    def _subject_rows(self, state: SourceState, ev: WriteEvents) -> np.ndarray:
+        if ev.kind == NAMED:
+            return self._named_rows(ev)
+        kind_rows = self._kind_rows.get(ev.kind)
+        if kind_rows is None:  # a kind nothing declares or feeds: nowhere to count it
+            raise ValueError(f"source {state.name!r} handed over {ev.kind!r} events")
+        return kind_rows[self.classifiers[ev.kind].classify(ev.subjects, state.name)]
+
+    def _named_rows(self, ev: WriteEvents) -> np.ndarray:
+        """Subjects that name their surface ``(kind or None, name)``: the declared surface of
+        that name (its kind is the declared one), else the stated kind's unclassified, counted
+        in ``unknown_surface_events``."""
         table = self.table
-        classify = self.classifier.classify
-        for rec in records:
-            try:
-                fence = parse_fence(rec.message, prefixes)
-            except FenceParseError:
-                stats.parse_errors += 1
-                continue
-            if fence is None:
-                continue
-            if require_trusted and not rec.trusted:
-                stats.forged_records += 1
-                continue
-            key = (fence.dst, fence.proto, fence.dpt, fence.out_if, fence.uid, fence.log_prefix)
-            surface = classify(key)
-            contributor = contributor_name(fence.dst, fence.dpt, fence.proto)
-            table.add("egress", surface, fence.length, 1, contributor)
+        rows = np.empty(len(ev.subjects), dtype=np.int64)
+        unknown = np.zeros(len(ev.subjects), dtype=bool)
+        keys = ev.subjects.keys  # type: ignore[attr-defined]
+        for i, (kind, name) in enumerate(keys):
+            row = table.by_name.get(name)
+            if row is None:
+                unknown[i] = True
+                row = table.index.get((kind, UNCLASSIFIED))
+                if row is None:
+                    row = table.index.get(("egress", UNCLASSIFIED), len(table) - 1)
+            rows[i] = row
+        if unknown.any():
+            events = np.bincount(ev.subject, weights=ev.events, minlength=len(rows))
+            table.unknown_surface_events += int(events[unknown].sum())
+        return rows
 
-    def _ingest_native(
+    def _count(self, state: SourceState, ev: WriteEvents, now: float | None) -> None:
+        subject_rows = self._subject_rows(state, ev)
+        rows = subject_rows[ev.subject]
+        keep = rows >= 0
+        if not keep.all():
+            rows, ev = rows[keep], _select(ev, keep)
+        nbytes = ev.nbytes.astype(np.float64)
+        events = ev.events.astype(np.float64)
+        capacity = ev.capacity_bytes().astype(np.float64)
+        idx, late, future = self.clock.place(ev.ts, now)
+        if late:
+            state.counters["late_events"] += late
+        if future:
+            state.counters["future_events"] += future
+        self.table.count(rows, nbytes, events)
+        self.clock.add(idx, rows, nbytes, events, capacity)
+        # Heavy hitters: what each subject wrote in this batch.
+        n = len(ev.subjects)
+        per_subject = np.bincount(ev.subject, weights=nbytes, minlength=n)
+        carried = np.bincount(ev.subject, weights=capacity, minlength=n)
+        subjects = ev.subjects
+        for i in np.flatnonzero((per_subject > 0) | (carried > 0)).tolist():
+            name = subjects.contributor(i)
+            if name:
+                row = int(subject_rows[i])
+                if row >= 0:
+                    self.table.credit(row, name, int(per_subject[i]), subjects.evidence(i))
+
+    # -- evaluating ticks ----------------------------------------------------------------
+    def closable_end(self, now: float, health: Mapping[str, SourceHealth]) -> float:
+        return self.clock.closable_end(now, health)
+
+    def behind(self, end: float) -> bool:
+        """Whether ticks ending by ``end`` are still to be evaluated."""
+        nxt = self.clock.next_index
+        return nxt is not None and math.isfinite(end) and (nxt + 1) * self.tick <= end + 1e-9
+
+    def close_until(
         self,
-        source: str,
-        records: list[KernelRecord],
-        prefixes: tuple[str, ...],
-        require_trusted: bool,
-    ) -> list[KernelRecord]:
-        """The fence records of a large batch through the native scanner, summed per flow;
-        returns the records it cannot take (a message spanning lines), for the per-record
-        path.  Each message becomes a kmsg line whose facility carries its trust (0: the
-        kernel's; 1: not provably), so the scanner counts forged records as the per-record
-        path does; fastscan's regex agrees with ``parse_fence`` on every message (tests)."""
-        lines: list[str] = []
-        rest: list[KernelRecord] = []
-        stats = self.source(source)
-        for rec in records:
-            msg = rec.message
-            if not msg.startswith(prefixes):
-                continue  # not a fence record (the per-record path would skip it too)
-            if len(msg) > MAX_LINE:
-                stats.parse_errors += 1
-            elif "\n" in msg:
-                rest.append(rec)
-            else:
-                lines.append(
-                    ("0,0,0,-;" if rec.trusted or not require_trusted else "8,0,0,-;") + msg
-                )
-        if not lines:
-            return rest
-        lines.append("")
-        scan = scan_flows("\n".join(lines).encode(), "kmsg", prefixes, 1.0, 1970)
-        stats.parse_errors += scan.parse_errors
-        stats.forged_records += scan.forged
-        if not len(scan.ids):
-            return rest
-        names, surface_of = self.classifier.classify_columns(scan)
-        n = len(scan.id_dst)
-        nbytes = np.bincount(scan.ids, weights=scan.nbytes, minlength=n).astype(np.int64)
-        packets = np.bincount(scan.ids, weights=scan.packets, minlength=n).astype(np.int64)
-        add = self.table.add
-        for i in np.flatnonzero(packets).tolist():
-            dpt = int(scan.id_dpt[i])
-            contributor = contributor_name(
-                scan.dsts[scan.id_dst[i]], None if dpt < 0 else dpt, scan.protos[scan.id_proto[i]]
+        end: float,
+        now: float | None = None,
+        health: Mapping[str, SourceHealth] = {},
+        limit: int | None = None,
+    ) -> list[TickResult]:
+        """Evaluate, in order, every tick that ends by ``end`` (at most ``limit`` of them:
+        call again for the rest)."""
+        if not math.isfinite(end):
+            return []  # some source has not said how far it is yet
+        clock = self.clock
+        self.backlog_skipped += clock.begin(end, now)
+        results = []
+        n = len(self.table)
+        while clock.next_index is not None and (clock.next_index + 1) * self.tick <= end + 1e-9:
+            if limit is not None and len(results) >= limit:
+                break
+            index = clock.next_index
+            nbytes, events, capacity = clock.take(index).sums(n)
+            results.append(
+                self._evaluate((index + 1) * self.tick, nbytes, events, capacity, health)
             )
-            add("egress", names[surface_of[i]], int(nbytes[i]), int(packets[i]), contributor)
-        return rest
+        return results
 
-    def ingest_events(self, events: Iterable[WriteEvent], kind: str = "egress") -> None:
-        for ev in events:
-            contributor = ev.evidence.contributor if ev.evidence else None
-            self.table.add(kind, ev.surface, ev.bytes, ev.events, contributor)
-
-    def set_position(self, source: str, position: dict[str, Any] | None) -> None:
-        if position is not None:
-            self.positions[source] = position
-
-    def contributors(self, key: SurfaceKey) -> list[tuple[str, int]]:
-        surface = self.table.surfaces[key]
-        return surface.recent.top(self.config.http.top_contributors or 10)
-
-    def close_tick(self, end: float, seconds: float | None = None) -> TickResult:
-        tick = seconds or self.config.tick
-        totals = self.table.close_tick()
-        changes = self.detector.evaluate(end, tick, totals, self.contributors)
-        changes += self.detector.evaluate_sources(end, tick, self.sources)
-        # Reset "recent" contributors of surfaces that are neither writing nor alerting, so the
-        # evidence of the next alert is about the next episode.
-        firing = {t for t, _, _ in self.detector.firing()}
-        for t in totals:
-            if t.bytes == 0 and f"{t.key[0]}/{t.key[1]}" not in firing:
-                s = self.table.surfaces[t.key]
-                if s.recent.top(1):
-                    s.recent = type(s.recent)(self.config.heavy_hitters)
+    def _evaluate(
+        self,
+        end: float,
+        nbytes: np.ndarray,
+        events: np.ndarray,
+        capacity: np.ndarray,
+        health: Mapping[str, SourceHealth],
+    ) -> TickResult:
+        tick = self.tick
+        top = self.config.http.top_contributors or 10
+        table = self.table
+        changes = self.detector.evaluate_arrays(
+            end, tick, nbytes, events, lambda row: table.evidence(row, top), capacity
+        )
+        judged = []
+        for name, s in self.sources.items():
+            h = health.get(name)
+            judged.append(
+                SourceJudgement(
+                    name=name,
+                    up=True if h is None else h.up,
+                    last_error="" if h is None else h.last_error,
+                    lost=s.pending["records_lost"],
+                    lost_unknown=s.pending["records_lost_unknown"],
+                    forged=s.pending["forged_records"],
+                    lost_total=s.counters["records_lost"],
+                    forged_total=s.counters["forged_records"],
+                )
+            )
+            s.pending.clear()
+        changes += self.detector.evaluate_sources(end, tick, judged)
+        # Forget the "recent" contributors of surfaces that are neither writing nor alerting,
+        # so the evidence of the next alert is about the next episode.
+        firing = self.detector.firing_rows()
+        for row in np.flatnonzero((nbytes == 0) & (capacity == 0)).tolist():
+            if row not in firing:
+                table.forget_recent(row)
         self.ticks += 1
         self.last_tick_end = end
         return TickResult(end, changes)
 
     # -- state -------------------------------------------------------------------------
-    def to_state(self, detector: bool = True) -> dict[str, Any]:
-        """The state as JSON; ``detector=False`` leaves the detector out (the service saves
-        its arrays raw, see StateStore)."""
+    def to_state(self) -> dict[str, Any]:
+        """Everything but the detector's arrays (saved raw, see StateStore) as JSON."""
         return {
             "surfaces": self.table.to_state(),
-            **({"detector": self.detector.to_state()} if detector else {}),
             "positions": dict(self.positions),
             "sources": {
-                n: {
-                    "records_read": s.records_read,
-                    "parse_errors": s.parse_errors,
-                    "records_lost": s.records_lost,
-                    "forged_records": s.forged_records,
-                    "truncations": s.truncations,
-                    "rotations": s.rotations,
-                }
+                n: {"type": s.type, "counters": dict(s.counters), "pending": dict(s.pending)}
                 for n, s in self.sources.items()
             },
+            "event_time": self.clock.to_state(len(self.table)),
+            "surface_keys": [f"{k}/{n}" for k, n in self.table.keys],
+            "ticks": self.ticks,
+            "last_tick_end": self.last_tick_end,
+            "backlog_skipped": self.backlog_skipped,
         }
 
-    def load_state(self, state: dict[str, Any]) -> None:
+    def load_state(
+        self,
+        state: dict[str, Any],
+        arrays: list[tuple[dict[str, Any], Mapping[str, np.ndarray | None]]] = (),  # type: ignore[assignment]
+        now: float = 0.0,
+    ) -> list[AlertChange]:
+        """Restore a saved state (from disk, or from the pipeline a reload replaces).  Sources
+        and surfaces no longer declared are dropped; each of their alerts that was firing is
+        returned resolved ("removed from the configuration"), so no page stays open."""
         self.table.load_state(state.get("surfaces", {}))
-        self.detector.load_state(state.get("detector", {}))
-        self.positions = dict(state.get("positions", {}))
-        for n, saved in state.get("sources", {}).items():
-            stats = SourceStats()
-            for k in _RESTORED_COUNTERS:
-                setattr(stats, k, int(saved.get(k, 0)))
-            self.attach_source(n, stats)
+        self.positions = {
+            n: p for n, p in dict(state.get("positions", {})).items() if n in self.sources
+        }
+        for name, saved in dict(state.get("sources", {})).items():
+            s = self.sources.get(name)
+            if s is None or not isinstance(saved, dict):
+                continue
+            counters = saved.get("counters", saved)  # older states: the counters themselves
+            for key, value in counters.items():
+                if isinstance(value, int) and not isinstance(value, bool):
+                    s.counters[str(key)] = value
+            for key, value in dict(saved.get("pending", {})).items():
+                if key in JUDGED and isinstance(value, int):
+                    s.pending[key] = value
+        saved_keys = state.get("surface_keys")
+        if isinstance(saved_keys, list):
+            where = {key: i for i, key in enumerate(f"{k}/{n}" for k, n in self.table.keys)}
+            rows_map = np.array([where.get(str(k), -1) for k in saved_keys], dtype=np.int64)
+            self.clock.load_state(state.get("event_time", {}), rows_map, now)
+        self.clock.sources = {n: c for n, c in self.clock.sources.items() if n in self.sources}
+        self.ticks = int(state.get("ticks", 0))
+        self.last_tick_end = float(state.get("last_tick_end", 0.0))
+        self.backlog_skipped = int(state.get("backlog_skipped", 0))
+        changes: list[AlertChange] = []
+        for header, group in arrays:
+            changes += self.detector.load_arrays(header, group, set(self.sources), now)
+        return changes
 
-
-@dataclass(slots=True)
-class SurfaceView:
-    kind: str
-    name: str
-    bytes_total: int
-    events_total: int
-    rate: float
-    events_rate: float
-    baseline: float
-    threshold: float
-    baseline_ready: bool
-    capacity_bps: float
-    budget_excess: float
-    budget_allowance: float
-    budget_tolerance: float
-    spike_state: int
-    budget_state: int
-    contributors: list[tuple[str, int]]
-    contributors_error: int
-    # Every budget horizon: (name, allowance bit/s, tolerance bits, excess bits).
-    budget_horizons: list[tuple[str, float, float, float]] = field(default_factory=list)
-    seasonal_ratio: float = 0.0
-    seasonal_judged: bool = False
-    drop_state: int | None = None  # None: the drop rule is off for this surface
-    beacon_state: int | None = None  # None: the beacon rule is off for this surface
-
-
-@dataclass(slots=True)
-class SourceView:
-    name: str
-    stats: SourceStats
-
-
-@dataclass(slots=True)
-class Snapshot:
-    """A copy of everything the exposition needs, taken on the pipeline thread so that
-    rendering can happen elsewhere without locks."""
-
-    taken_at: float
-    tick: float
-    ticks: int
-    last_tick_end: float
-    last_tick_seconds: float
-    surfaces: list[SurfaceView]
-    sources: list[SourceView]
-    source_alerts: list[tuple[str, str, int]]  # source, rule, state
-    classify_cache_clears: int
-    unknown_surface_events: int
-
-
-def take_snapshot(pipeline: Pipeline, now: float, top: int) -> Snapshot:
-    from copy import copy
-
-    surfaces = []
-    table = pipeline.table.surfaces
-    # Aggregate surfaces (the sum over a kind) have no table entry: their totals are sums.
-    rows = [(key, table[key].bytes_total, table[key].events_total, table[key]) for key in table]
-    for key, members in pipeline.detector.aggregates.items():
-        totals = [table[m] for m in members]
-        rows.append(
-            (
-                key,
-                sum(t.bytes_total for t in totals),
-                sum(t.events_total for t in totals),
-                None,
+    # -- what the exporters read -------------------------------------------------------
+    def snapshot(
+        self, now: float, top: int, health: Mapping[str, SourceHealth], types: Mapping[str, str]
+    ) -> Snapshot:
+        """A copy of everything the exposition needs, taken on the pipeline thread so that
+        rendering can happen elsewhere without locks.  ``types``: source name -> the type it
+        is running as (``auto`` resolves to kmsg or journald)."""
+        det = self.detector
+        table = self.table
+        surfaces = []
+        keys = det.keys
+        for row, key in enumerate(keys):
+            member = row < len(table)
+            if member:
+                bytes_total = int(table.bytes_total[row])
+                events_total = int(table.events_total[row])
+                contributors = table.hitters[row].top(top)
+                error = table.hitters[row].error
+            else:
+                members = [table.index[m] for m in det.aggregates[key]]
+                bytes_total = int(table.bytes_total[members].sum())
+                events_total = int(table.events_total[members].sum())
+                contributors, error = [], 0
+            surfaces.append(_surface_view(det, row, bytes_total, events_total, contributors, error))
+        sources = []
+        for name, s in self.sources.items():
+            h = health.get(name) or SourceHealth()
+            clock = self.clock.sources.get(name)
+            wm = clock.watermark if clock is not None and math.isfinite(clock.watermark) else 0.0
+            sources.append(
+                SourceView(
+                    name=name,
+                    type=types.get(name, s.type),
+                    kind=s.kind,
+                    health=_copy_health(h),
+                    counters=dict(s.counters),
+                    declared=s.declared_counters,
+                    watermark=wm,
+                )
             )
+        return Snapshot(
+            taken_at=now,
+            tick=self.tick,
+            ticks=self.ticks,
+            last_tick_end=self.last_tick_end,
+            last_tick_seconds=self.last_tick_seconds,
+            surfaces=surfaces,
+            sources=sources,
+            source_alerts=[(n, r, int(m.state)) for (n, r), m in det.source_alerts.items()],
+            unknown_surface_events=table.unknown_surface_events,
+            open_ticks=len(self.clock.open),
+            backlog_skipped=self.backlog_skipped,
         )
-    for key, bytes_total, events_total, s in rows:
-        d = pipeline.detector.surfaces[key]
-        f = d.figures
-        surfaces.append(
-            SurfaceView(
-                kind=key[0],
-                name=key[1],
-                bytes_total=bytes_total,
-                events_total=events_total,
-                rate=f.rate,
-                events_rate=f.events_rate,
-                baseline=f.baseline,
-                threshold=f.threshold,
-                baseline_ready=f.baseline_ready,
-                capacity_bps=f.capacity_bps,
-                budget_excess=f.budget_excess,
-                budget_allowance=f.budget_allowance,
-                budget_tolerance=f.budget_tolerance,
-                spike_state=int(d.spike_alert.state),
-                budget_state=int(d.budget_alert.state),
-                contributors=s.hitters.top(top) if s is not None else [],
-                contributors_error=s.hitters.error if s is not None else 0,
-                budget_horizons=f.horizons,
-                seasonal_ratio=f.seasonal_ratio,
-                seasonal_judged=f.seasonal_judged,
-                drop_state=None if d.drop_alert is None else int(d.drop_alert.state),
-                beacon_state=None if d.beacon_alert is None else int(d.beacon_alert.state),
-            )
-        )
-    return Snapshot(
-        taken_at=now,
-        tick=pipeline.config.tick,
-        ticks=pipeline.ticks,
-        last_tick_end=pipeline.last_tick_end,
-        last_tick_seconds=pipeline.last_tick_seconds,
-        surfaces=surfaces,
-        sources=[SourceView(n, copy(s)) for n, s in pipeline.sources.items()],
-        source_alerts=[
-            (n, r, int(m.state)) for (n, r), m in pipeline.detector.source_alerts.items()
-        ],
-        classify_cache_clears=pipeline.classifier.cache_clears,
-        unknown_surface_events=pipeline.table.unknown_surface_events,
+
+
+def _surface_view(
+    det: Detector,
+    row: int,
+    bytes_total: int,
+    events_total: int,
+    contributors: list[tuple[str, int]],
+    error: int,
+) -> SurfaceView:
+    kind, name = det.keys[row]
+    f = det.figures_of(row)
+    drop = det.drop_alerts.state[row] if det.drop_on(row) else None
+    beacon = det.beacon_alerts.state[row] if det.beacon_on(row) else None
+    return SurfaceView(
+        kind=kind,
+        name=name,
+        bytes_total=bytes_total,
+        events_total=events_total,
+        rate=f.rate,
+        events_rate=f.events_rate,
+        baseline=f.baseline,
+        threshold=f.threshold,
+        baseline_ready=f.baseline_ready,
+        capacity_bps=f.capacity_bps,
+        budget_excess=f.budget_excess,
+        budget_allowance=f.budget_allowance,
+        budget_tolerance=f.budget_tolerance,
+        spike_state=int(det.spike_alerts.state[row]),
+        budget_state=int(det.budget_alerts.state[row]),
+        contributors=contributors,
+        contributors_error=error,
+        budget_horizons=f.horizons,
+        seasonal_ratio=f.seasonal_ratio,
+        seasonal_judged=f.seasonal_judged,
+        drop_state=None if drop is None else int(drop),
+        beacon_state=None if beacon is None else int(beacon),
     )
+
+
+def _copy_health(h: SourceHealth) -> SourceHealth:
+    return SourceHealth(**{f: getattr(h, f) for f in SourceHealth.__slots__})  # type: ignore[attr-defined]
+
+
+def _select(ev: WriteEvents, keep: np.ndarray) -> WriteEvents:
+    return WriteEvents(
+        ev.kind,
+        ev.subjects,
+        ev.subject[keep],
+        ev.ts[keep],
+        ev.nbytes[keep],
+        ev.events[keep],
+        None if ev.capacity is None else ev.capacity[keep],
+    )
+
+
+__all__ = ["JUDGED", "Pipeline", "SourceState", "SurfaceKey", "TickResult"]

@@ -1,33 +1,37 @@
-"""The service: collectors -> pipeline (one thread) -> ticks -> detector -> exporters.
+"""The service: the composition root — sources -> pipeline (one thread) -> ticks -> detector ->
+exporters.  The only module that imports every layer.
 
-Structure: one TaskGroup holding a task per collector, the ticker, the HTTP server and a task
-per notifier.  All pipeline state lives on a single-worker executor, so ingestion, tick
-evaluation, snapshots and state saves are serialised without locks and the event loop only
-moves bytes.
+Structure: one TaskGroup holding a supervised task per source, the ticker, the HTTP server, the
+reloader and the notifier.  All pipeline state lives on a single-worker executor, so applying
+batches, evaluating ticks, snapshots, state saves and reloads are serialised without locks and
+the event loop only moves bytes.  Source health is written on the loop and handed to the
+pipeline as a copy with each call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
-import os
-import shutil
 import signal
 import sqlite3
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
-from alarm.collectors.base import Batch, Collector
-from alarm.config import Config, ConfigError, SourceConfig, load_config
+from alarm.collectors import SOURCE_TYPES
+from alarm.collectors.base import Collector, SourceContext, SourceUnavailable
+from alarm.config import Config, ConfigError, load_config
 from alarm.detector.alerts import AlertChange
-from alarm.pipeline import Pipeline, Snapshot, take_snapshot
-from alarm.records import KernelRecord
+from alarm.events import Batch, SourceHealth
+from alarm.pipeline import Pipeline
+from alarm.snapshot import Snapshot
 from alarm.state import StateStore
 from exporters.http import HttpServer
 from exporters.notify import Notifications
@@ -35,82 +39,36 @@ from exporters.notify import Notifications
 log = logging.getLogger("capalarm")
 RECENT_CHANGES = 200
 COLLECTOR_RESTART_MAX = 30.0
-
-
-class NoKernelLog(RuntimeError):
-    """Neither /dev/kmsg nor journald can be read."""
-
-
-def kernel_line_parser(fmt: str) -> Callable[[str], KernelRecord | None]:
-    """A line parser for file sources; 'auto' decides per line, since a file can mix forms."""
-    from alarm import kernel_formats as kf
-
-    year = time.gmtime().tm_year
-    if fmt == "kmsg":
-        return kf.parse_kmsg_record
-    if fmt == "dmesg":
-        return kf.parse_dmesg_line
-    if fmt == "syslog":
-        return lambda line: kf.parse_syslog_line(line, year)
-
-    def auto(line: str) -> KernelRecord | None:
-        head = line[:1]
-        if head.isdigit() and "," in line[:12]:
-            return kf.parse_kmsg_record(line)
-        if head in "[<":
-            return kf.parse_dmesg_line(line)
-        return kf.parse_syslog_line(line, year)
-
-    return auto
-
-
-def _can_open(path: str) -> bool:
-    # os.access is not enough: reading /dev/kmsg also needs CAP_SYSLOG when dmesg_restrict=1.
-    try:
-        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
-    except OSError:
-        return False
-    return True
-
-
-def build_collector(src: SourceConfig, position: dict[str, Any] | None) -> Collector:
-    kind = src.type
-    if kind == "auto":
-        if _can_open(src.kmsg_path):
-            kind = "kmsg"
-        elif shutil.which("journalctl"):
-            kind = "journald"
-        else:
-            raise NoKernelLog(
-                f"source {src.name!r}: cannot read {src.kmsg_path} (run as root or grant CAP_SYSLOG) "
-                "and journalctl is not installed; configure a file source (type: file) instead"
-            )
-    if kind == "kmsg":
-        from alarm.collectors.kmsg import KmsgCollector
-
-        return KmsgCollector(
-            name=src.name,
-            path=src.kmsg_path,
-            position=position,
-            start_at_end=src.start_at_end,
-            nice=src.nice,
-        )
-    if kind == "journald":
-        from alarm.collectors.journald import JournaldCollector
-
-        return JournaldCollector(name=src.name, position=position)
-    from alarm.collectors.file_tail import FileTailCollector
-
-    return FileTailCollector(
-        name=src.name,
-        paths=list(src.paths),
-        line_parser=kernel_line_parser(src.format),
-        position=position,
-    )
-
-
 # The slow state save may take at most 1/SLOW_SAVE_FACTOR of the pipeline thread's time.
 SLOW_SAVE_FACTOR = 20.0
+# Cells counted in ticks not yet evaluated before a source is made to wait (a backlog read far
+# ahead of a slower source): bounds memory whatever the sources do.
+MAX_OPEN_CELLS = 2_000_000
+# Ticks evaluated per call on the pipeline thread: a long backlog is evaluated in slices, so
+# scrapes, snapshots and other sources' batches get in between.
+TICKS_PER_CALL = 500
+# Settings a running service cannot change; a reload that changes them keeps the running ones.
+RESTART_ONLY = ("tick", "state_dir", "http", "event_time", "heavy_hitters")
+
+
+class ServiceError(RuntimeError):
+    """A runtime failure that stops the service (a busy port): one line, exit status 1."""
+
+
+@dataclass(slots=True)
+class Advance:
+    changes: list[AlertChange]
+    more: bool  # ticks are still due: evaluate the next slice
+
+
+@dataclass(slots=True)
+class RunningSource:
+    name: str
+    settings: Any  # the source's config model (None: a collector given by the caller)
+    collector: Collector
+    task: asyncio.Task[None] | None = None
+    restarts: int = 0
+    up_since: float = field(default_factory=time.time)
 
 
 class Service:
@@ -118,55 +76,115 @@ class Service:
         self,
         config: Config,
         *,
-        collectors: list[tuple[SourceConfig, Collector]] | None = None,
+        config_path: str | None = None,
+        collectors: Mapping[str, Collector] | None = None,
         on_change: Callable[[AlertChange], None] | None = None,
     ):
-        """``collectors``: use these instead of building them from ``config.sources`` (the demo
-        and tests plug in their own)."""
+        """``collectors``: use these for sources of these names instead of building them from
+        the config (the demo and tests plug in their own; names the config does not declare
+        feed egress unless the collector has a ``kind``)."""
         self.config = config
-        self.pipeline = Pipeline(config)
+        self.config_path = config_path
+        self._given = dict(collectors or {})
         self.store = StateStore(config.state_dir)
-        self.pipeline.load_state(self.store.load())
-        for header, arrays in self.store.load_groups().values():
-            self.pipeline.detector.load_arrays(header, arrays)
+        self.pipeline = Pipeline(config, self._extra_sources(config))
+        now = time.time()
+        self._startup_changes = self.pipeline.load_state(
+            self.store.load(), list(self.store.load_groups().values()), now
+        )
+        self._dropped_ledgers = [
+            s for s in self.store.ledger_sources() if s not in self.pipeline.sources
+        ]
         # When the detector's slow arrays were last saved, and what that save cost (monotonic).
         self._slow_saved: float | None = None
         self._slow_seconds = 0.0
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="capalarm-pipeline")
-        if collectors is None:
-            collectors = [
-                (src, build_collector(src, self.pipeline.positions.get(src.name)))
-                for src in config.sources
-            ]
-        self.collectors: list[tuple[SourceConfig, Collector]] = []
-        for src, collector in collectors:
-            # One stats object per source, shared by the collector and the pipeline.
-            self.pipeline.attach_source(src.name, collector.stats)
-            self.collectors.append((src, collector))
-        # Durable delivery (exporters/notify.py); its channels are the notifier views.
+        self.sources: dict[str, RunningSource] = {}
+        for name in self.pipeline.sources:
+            self.sources[name] = self._build(name, config)
         self.notify = Notifications(config)
-        self.notifiers = self.notify.views
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_CHANGES)
         self.on_change = on_change
         self.http_port: int | None = None
         self.started = asyncio.Event()
+        self._reload_wanted = asyncio.Event()
+        self._tg: asyncio.TaskGroup | None = None
+        self.reloads = 0
+        self.internal_errors = 0
+
+    def _extra_sources(self, config: Config) -> dict[str, tuple[str, str]]:
+        declared = {s.name for s in config.sources}
+        return {
+            name: ("external", getattr(c, "kind", "egress"))
+            for name, c in self._given.items()
+            if name not in declared
+        }
+
+    def _build(self, name: str, config: Config) -> RunningSource:
+        given = self._given.get(name)
+        if given is not None:
+            return RunningSource(name, None, given)
+        settings = next(s for s in config.sources if s.name == name)
+        ctx = SourceContext(
+            tick=config.tick,
+            position=self.pipeline.positions.get(name),
+            ledger=self.store.ledger_reader(name),
+            state_dir=config.state_dir,
+        )
+        return RunningSource(name, settings, SOURCE_TYPES[settings.type].build(settings, ctx))
+
+    @property
+    def collectors(self) -> list[tuple[str, Collector]]:
+        return [(s.name, s.collector) for s in self.sources.values()]
+
+    def _health(self) -> dict[str, SourceHealth]:
+        """Copies of every source's health, taken on the loop for the pipeline thread."""
+        out = {}
+        for name, s in self.sources.items():
+            h = s.collector.health
+            out[name] = SourceHealth(**{f: getattr(h, f) for f in SourceHealth.__slots__})  # type: ignore[attr-defined]
+        return out
 
     # -- pipeline thread ---------------------------------------------------------------
     async def _on_pipeline(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
-    def _ingest(self, src: SourceConfig, collector: Collector, batch: Batch) -> None:
-        trusted_source = bool(collector.stats.provenance_verified)
-        self.pipeline.ingest_kernel(src.name, batch.records, tuple(src.prefixes), trusted_source)
-        self.pipeline.set_position(src.name, batch.position)
+    def _apply(self, name: str, batch: Batch, health: dict[str, SourceHealth]) -> Advance:
+        now = time.time()
+        if name not in self.pipeline.sources:
+            return Advance([], False)  # a source removed by a reload, its last batch in flight
+        self.pipeline.apply(name, batch, now)
+        return self._advance(now, health)
 
-    def _tick(self, end: float) -> list[AlertChange]:
+    def _advance(self, now: float, health: dict[str, SourceHealth]) -> Advance:
+        """Evaluate the ticks the sources' watermarks allow (a slice of them at a time);
+        save after any."""
+        p = self.pipeline
+        end = p.closable_end(now, health)
         t0 = time.thread_time()
-        result = self.pipeline.close_tick(end)
-        self.pipeline.last_tick_seconds = time.thread_time() - t0
+        results = p.close_until(end, now, health, limit=TICKS_PER_CALL)
+        if not results:
+            return Advance([], False)
+        p.last_tick_seconds = (time.thread_time() - t0) / len(results)
+        changes = [c for r in results for c in r.changes]
+        self._record_and_save(changes)
+        return Advance(changes, p.behind(end))
+
+    async def _catch_up(self, first: Advance) -> None:
+        """Dispatch what an evaluation changed; while ticks are still due, evaluate the next
+        slice (each its own call, so everything else on the pipeline thread gets a turn)."""
+        result = first
+        while True:
+            self._dispatch_all(result.changes)
+            if not result.more:
+                return
+            result = await self._on_pipeline(self._advance, time.time(), self._health())
+
+    def _record_and_save(self, changes: list[AlertChange]) -> None:
         # Notifications are written before the detector state that produced them: a crash
         # between the two re-evaluates the tick and may notify twice, but never not at all.
-        self.notify.record(result.changes, end)
+        if changes:
+            self.notify.record(changes, time.time())
         try:
             self._save_state(final=False)
         except (sqlite3.Error, OSError) as exc:
@@ -174,15 +192,14 @@ class Service:
             # (the notifier raises an outbox_write_failed alert), save again next tick.
             log.error("cannot save state to %s: %s", self.store.path, exc)
             self.notify.storage_failed(exc)
-        return result.changes
 
     def _save_state(self, final: bool) -> None:
-        """Positions, counters and the detector's fast arrays every tick, in one transaction;
-        the detector's learned profiles (slow arrays, ~90% of its bytes) when the last such
-        save is SLOW_SAVE_FACTOR times its own cost ago (every tick while that is cheap), and at
-        shutdown.  A crash loses at most that much profile learning, never a count, a CUSUM
-        sum or an alert state."""
-        det = self.pipeline.detector
+        """Positions, counters, open ticks, ledger rows and the detector's fast arrays in one
+        transaction; the detector's learned profiles (slow arrays, ~90% of its bytes) when the
+        last such save is SLOW_SAVE_FACTOR times its own cost ago, and at shutdown.  A crash
+        loses at most that much profile learning, never a count, a CUSUM sum or an alert."""
+        p = self.pipeline
+        det = p.detector
         header = det.state_header()
         groups = {"fast": (header, det.state_arrays("fast"))}
         now = time.monotonic()
@@ -194,49 +211,76 @@ class Service:
         )
         if slow:
             groups["slow"] = (header, det.state_arrays("slow"))
-        self.store.save(self.pipeline.to_state(detector=False), groups=groups)
+        self.store.save(
+            p.to_state(), groups=groups, ledger=p.ledger, drop_ledgers=self._dropped_ledgers
+        )
+        p.ledger = {}
+        self._dropped_ledgers = []
         if slow:
             self._slow_saved = time.monotonic()
             self._slow_seconds = self._slow_saved - now
 
+    def _snapshot(self, now: float, health: dict[str, SourceHealth]) -> Snapshot:
+        return self.pipeline.snapshot(now, self.config.http.top_contributors, health, {})
+
     async def snapshot(self) -> Snapshot:
-        return await self._on_pipeline(
-            take_snapshot, self.pipeline, time.time(), self.config.http.top_contributors
-        )
+        return await self._on_pipeline(self._snapshot, time.time(), self._health())
 
     # -- tasks -------------------------------------------------------------------------
-    async def _run_collector(self, src: SourceConfig, collector: Collector) -> None:
+    async def _run_source(self, rs: RunningSource) -> None:
+        name = rs.name
+
         async def emit(batch: Batch) -> None:
-            await self._on_pipeline(self._ingest, src, collector, batch)
+            await self._catch_up(await self._on_pipeline(self._apply, name, batch, self._health()))
+            if self.pipeline.clock.cells > MAX_OPEN_CELLS:
+                await self._wait_for_room()
 
         delay = 1.0
         while True:
             try:
-                await collector.run(emit)
+                await rs.collector.run(emit)
                 return
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a source must never take the service down
-                collector.stats.up = False
-                collector.stats.last_error = f"{type(exc).__name__}: {exc}"[:500]
+                health = rs.collector.health
+                health.up = False
+                health.caught_up = False
+                health.failed(f"{type(exc).__name__}: {exc}", time.time())
+                rs.restarts += 1
                 log.error(
-                    "source %s failed: %s; restarting in %.0fs",
-                    src.name,
-                    collector.stats.last_error,
-                    delay,
+                    "source %s failed: %s; restarting in %.0fs", name, health.last_error, delay
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, COLLECTOR_RESTART_MAX)
 
+    async def _wait_for_room(self) -> None:
+        """Hold a source that is far ahead until the others catch up (or stop holding)."""
+        while self.pipeline.clock.cells > MAX_OPEN_CELLS:
+            await asyncio.sleep(0.05)
+            await self._catch_up(
+                await self._on_pipeline(self._advance, time.time(), self._health())
+            )
+
     async def _ticker(self) -> None:
         tick = self.config.tick
+        grace = self.config.event_time.grace
         while True:
             now = time.time()
-            end = (now // tick + 1) * tick
-            await asyncio.sleep(end - now)
-            changes = await self._on_pipeline(self._tick, end)
-            for change in changes:
-                self._dispatch(change)
+            wake = (now - grace) // tick * tick + tick + grace
+            await asyncio.sleep(max(0.0, wake - now))
+            try:
+                await self._catch_up(
+                    await self._on_pipeline(self._advance, time.time(), self._health())
+                )
+            except Exception:
+                # A bug in one evaluation must not stop the alarm: say so, count it, go on.
+                self.internal_errors += 1
+                log.exception("tick evaluation failed")
+
+    def _dispatch_all(self, changes: list[AlertChange]) -> None:
+        for change in changes:
+            self._dispatch(change)
 
     def _dispatch(self, change: AlertChange) -> None:
         payload = change.to_dict()
@@ -248,18 +292,18 @@ class Service:
         if self.on_change:
             self.on_change(change)
         if change.state in ("firing", "resolved"):
-            self.notify.wake()  # already stored by _tick; the workers send it now
+            self.notify.wake()  # already stored; the workers send it now
 
     def _ready(self) -> tuple[bool, str]:
-        down = [src.name for src, c in self.collectors if not c.stats.up]
+        down = [name for name, c in self.collectors if not c.health.up]
         if down:
             return False, "sources not reading: " + ", ".join(down)
         return True, ""
 
-    async def _serve_http(self) -> None:
+    async def _start_http(self) -> web.AppRunner:
         server = HttpServer(
             self.snapshot,
-            self.notifiers,
+            lambda: self.notify.views,
             lambda: list(self.recent),
             self._ready,
             notifications=self.notify.api,
@@ -268,26 +312,38 @@ class Service:
         await runner.setup()
         host, port = self.config.http.host_port()
         site = web.TCPSite(runner, host, port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            why = "address already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+            raise ServiceError(f"cannot listen on {host}:{port}: {why}") from None
         sockets = site._server.sockets if site._server else []  # type: ignore[union-attr]
         self.http_port = sockets[0].getsockname()[1] if sockets else port
         self.notify.set_status_page(f"http://{host}:{self.http_port}/")
         log.info("serving http://%s:%d/ (metrics at /metrics)", host, self.http_port)
-        self.started.set()
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await runner.cleanup()
+        return runner
 
     async def run(self) -> None:
+        runner = await self._start_http()  # a busy port is reported before anything starts
+        self.pipeline.start(time.time())
+        if self._startup_changes:
+            changes, self._startup_changes = self._startup_changes, []
+            await self._on_pipeline(self._record_and_save, changes)
+            self._dispatch_all(changes)
+        self.started.set()
         try:
             async with asyncio.TaskGroup() as tg:
-                tg.create_task(self._serve_http())
+                self._tg = tg
                 tg.create_task(self._ticker())
-                for src, collector in self.collectors:
-                    tg.create_task(self._run_collector(src, collector))
+                tg.create_task(self._reloader())
+                for rs in self.sources.values():
+                    rs.task = tg.create_task(self._run_source(rs))
                 tg.create_task(self.notify.run())
         finally:
+            self._tg = None
+            with contextlib.suppress(asyncio.CancelledError):
+                await runner.cleanup()
             # Positions and counters of everything counted so far, in one transaction.
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._on_pipeline(lambda: self._save_state(final=True)))
@@ -295,25 +351,97 @@ class Service:
             self.store.close()
             self.notify.close()
 
-    def reload(self, config: Config | None = None) -> bool:
-        """SIGHUP: read the config file again; if it validates, apply its notifications section
-        (destinations, routes, silences, secrets).  Other sections need a restart.  An invalid
-        config changes nothing and is reported problem by problem."""
-        source = self.config._source
+    # -- reload ------------------------------------------------------------------------
+    def request_reload(self) -> None:
+        """SIGHUP: reloads are queued and run one at a time; a storm of signals is one or two
+        reloads, never a crash."""
+        self._reload_wanted.set()
+
+    async def _reloader(self) -> None:
+        while True:
+            await self._reload_wanted.wait()
+            self._reload_wanted.clear()
+            try:
+                await self.reload()
+            except Exception:  # a reload must never stop the service
+                log.exception("reload failed; the running configuration is kept")
+
+    async def reload(self, config: Config | None = None) -> bool:
+        """Read the config file again; if it validates, apply it: notifications, sources and
+        surfaces.  A source or surface that is gone resolves its alerts ("removed from the
+        configuration") and drops its series.  Settings listed in RESTART_ONLY keep their
+        running values.  An invalid config changes nothing and is reported problem by
+        problem."""
         try:
             if config is None:
-                if source is None:
+                if self.config_path is None:
                     log.warning("reload: the config was not loaded from a file; nothing to read")
                     return False
-                config = load_config(source)
+                config = await asyncio.to_thread(load_config, self.config_path)
+            config = self._keep_restart_only(config)
             self.notify.reload(config)
         except ConfigError as exc:
             log.error("reload: configuration rejected, keeping the running one:")
             for problem in exc.problems:
                 log.error("  %s", problem)
             return False
-        log.info("reload: notifications applied from %s (other sections need a restart)", source)
+        changes = await self._on_pipeline(self._swap_pipeline, config)
+        self.config = config
+        await self._restart_sources(config)
+        self._dispatch_all(changes)
+        self.reloads += 1
+        log.info("reload: applied %s", self.config_path or "the new configuration")
         return True
+
+    def _keep_restart_only(self, config: Config) -> Config:
+        changed = [k for k in RESTART_ONLY if getattr(config, k) != getattr(self.config, k)]
+        if changed:
+            log.warning("reload: %s need a restart; keeping the running values", ", ".join(changed))
+            config = config.model_copy(update={k: getattr(self.config, k) for k in changed})
+        return config
+
+    def _swap_pipeline(self, config: Config) -> list[AlertChange]:
+        old = self.pipeline
+        det = old.detector
+        header = det.state_header()
+        arrays = {**det.state_arrays("fast"), **det.state_arrays("slow")}
+        new = Pipeline(config, self._extra_sources(config))
+        now = time.time()
+        changes = new.load_state(old.to_state(), [(header, arrays)], now)
+        new.ledger = {n: rows for n, rows in old.ledger.items() if n in new.sources}
+        new.last_tick_seconds = old.last_tick_seconds
+        new.start(now)
+        for name, clock in old.clock.sources.items():
+            if name in new.clock.sources:
+                new.clock.sources[name] = clock
+        self._dropped_ledgers += [n for n in old.sources if n not in new.sources]
+        self.pipeline = new
+        self._record_and_save(changes)
+        return changes
+
+    async def _restart_sources(self, config: Config) -> None:
+        wanted = {s.name: s for s in config.sources}
+        for name in list(self.sources):
+            rs = self.sources[name]
+            keep = name in self._given or wanted.get(name) == rs.settings
+            if keep and name in self.pipeline.sources:
+                continue
+            del self.sources[name]
+            if rs.task is not None:
+                rs.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await rs.task
+        for name in self.pipeline.sources:
+            if name in self.sources:
+                continue
+            try:
+                rs = self._build(name, config)
+            except (SourceUnavailable, OSError, ValueError) as exc:
+                log.error("reload: source %s cannot start: %s", name, exc)
+                continue
+            self.sources[name] = rs
+            if self._tg is not None:
+                rs.task = self._tg.create_task(self._run_source(rs))
 
 
 async def run_until_signalled(service: Service) -> None:
@@ -322,6 +450,6 @@ async def run_until_signalled(service: Service) -> None:
     assert task is not None
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, task.cancel)
-    loop.add_signal_handler(signal.SIGHUP, service.reload)
+    loop.add_signal_handler(signal.SIGHUP, service.request_reload)
     with contextlib.suppress(asyncio.CancelledError):
         await service.run()

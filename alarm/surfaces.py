@@ -1,21 +1,27 @@
-"""SurfaceTable: per-surface counters, the open tick's accumulators, and heavy hitters.
+"""SurfaceTable: the declared surfaces, by row — their counters, heavy hitters and receipts.
 
 Every surface is declared in the config (plus one ``unclassified`` per kind in use), so the
 table's size — and every metric's series count — is bounded by the config, never by traffic.
 Contributors (destinations, paths, packages) are workload-controlled: they live only in a
-bounded heavy-hitter summary per surface and are never metric labels.
+bounded heavy-hitter summary per surface, with at most one bounded receipt each, and are never
+metric labels.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from typing import Any
 
-from alarm.config import UNCLASSIFIED, Config
+import numpy as np
+
+from alarm.sanitize import sanitize
+from alarm.settings import UNCLASSIFIED
 
 SurfaceKey = tuple[str, str]  # (kind, name)
 MAX_CONTRIBUTOR_CHARS = 200
+MAX_RECEIPT_FIELDS = 16
+MAX_RECEIPT_CHARS = 300
 
 
 class HeavyHitters:
@@ -48,8 +54,14 @@ class HeavyHitters:
         self.error = max(self.error, dropped)
         self._counts = kept
 
+    def __contains__(self, contributor: str) -> bool:
+        return contributor in self._counts
+
     def top(self, n: int) -> list[tuple[str, int]]:
         return heapq.nlargest(n, self._counts.items(), key=lambda kv: kv[1])
+
+    def clear(self) -> None:
+        self._counts = {}
 
     def to_state(self) -> dict:
         return {"counts": self.top(self._k), "error": self.error}
@@ -59,89 +71,88 @@ class HeavyHitters:
         self.error = int(state.get("error", 0))
 
 
-@dataclass(slots=True)
-class Surface:
-    kind: str
-    name: str
-    bytes_total: int = 0
-    events_total: int = 0
-    tick_bytes: int = 0
-    tick_events: int = 0
-    hitters: HeavyHitters = field(default_factory=lambda: HeavyHitters(64))
-    # Hitters of the current alert window: reset when the tick closes quiet, so an alert's
-    # evidence names who wrote during the spike rather than who wrote most since start.
-    recent: HeavyHitters = field(default_factory=lambda: HeavyHitters(64))
-
-    def add(self, nbytes: int, events: int, contributor: str | None) -> None:
-        self.bytes_total += nbytes
-        self.events_total += events
-        self.tick_bytes += nbytes
-        self.tick_events += events
-        if contributor is not None:
-            self.hitters.add(contributor, nbytes)
-            self.recent.add(contributor, nbytes)
-
-
-@dataclass(slots=True, frozen=True)
-class TickTotals:
-    """What one surface wrote in one closed tick."""
-
-    key: SurfaceKey
-    bytes: int
-    events: int
+def bounded_receipt(evidence: dict[str, Any]) -> dict[str, Any]:
+    """A receipt as kept and shown: a few fields, plain values, sanitised text."""
+    out: dict[str, Any] = {}
+    for key, value in list(evidence.items())[:MAX_RECEIPT_FIELDS]:
+        if not isinstance(value, bool | int | float) and value is not None:
+            value = sanitize(str(value), MAX_RECEIPT_CHARS)
+        out[sanitize(str(key), 40)] = value
+    return out
 
 
 class SurfaceTable:
-    def __init__(self, config: Config, kinds_in_use: Iterable[str] = ("egress",)):
-        k = config.heavy_hitters
-        self.surfaces: dict[SurfaceKey, Surface] = {}
-        for s in config.surfaces:
-            self.surfaces[(s.kind, s.name)] = Surface(
-                s.kind, s.name, hitters=HeavyHitters(k), recent=HeavyHitters(k)
-            )
-        for kind in sorted({*kinds_in_use, *(s.kind for s in config.surfaces)}):
-            self.surfaces[(kind, UNCLASSIFIED)] = Surface(
-                kind, UNCLASSIFIED, hitters=HeavyHitters(k), recent=HeavyHitters(k)
-            )
+    """Rows are surfaces: the declared ones in config order, then ``unclassified`` per kind."""
+
+    def __init__(self, declared: Iterable[SurfaceKey], kinds: Iterable[str], heavy_hitters: int):
+        keys = list(declared)
+        keys += [(kind, UNCLASSIFIED) for kind in kinds if (kind, UNCLASSIFIED) not in keys]
+        self.keys: list[SurfaceKey] = keys
+        self.index: dict[SurfaceKey, int] = {k: i for i, k in enumerate(keys)}
+        self.by_name: dict[str, int] = {n: i for i, (_, n) in enumerate(keys) if n != UNCLASSIFIED}
+        n = len(keys)
+        self.bytes_total = np.zeros(n, dtype=np.int64)
+        self.events_total = np.zeros(n, dtype=np.int64)
+        self._k = heavy_hitters
+        self.hitters = [HeavyHitters(heavy_hitters) for _ in keys]
+        # Hitters of the current alert window: cleared when a tick closes quiet, so an alert's
+        # evidence names who wrote during the episode rather than who wrote most since start.
+        self.recent = [HeavyHitters(heavy_hitters) for _ in keys]
+        # Per row, the latest receipt of each recent contributor (bounded like the hitters).
+        self.receipts: list[dict[str, dict[str, Any]]] = [{} for _ in keys]
         self.unknown_surface_events = 0  # events naming a surface the config does not declare
 
-    def get(self, kind: str, name: str) -> Surface | None:
-        return self.surfaces.get((kind, name))
+    def __len__(self) -> int:
+        return len(self.keys)
 
-    def add(self, kind: str, name: str, nbytes: int, events: int, contributor: str | None) -> None:
-        surface = self.surfaces.get((kind, name))
-        if surface is None:
-            # A replayed or external event naming an undeclared surface: count it where
-            # unknown traffic belongs instead of growing the table.
-            self.unknown_surface_events += events
-            surface = self.surfaces.get((kind, UNCLASSIFIED))
-            if surface is None:
-                return
-        surface.add(nbytes, events, contributor)
+    def unclassified_row(self, kind: str) -> int:
+        return self.index[(kind, UNCLASSIFIED)]
 
-    def close_tick(self) -> list[TickTotals]:
-        totals = []
-        for key, s in self.surfaces.items():
-            totals.append(TickTotals(key, s.tick_bytes, s.tick_events))
-            s.tick_bytes = 0
-            s.tick_events = 0
-        return totals
+    def count(self, rows: np.ndarray, nbytes: np.ndarray, events: np.ndarray) -> None:
+        """Add cells to the surfaces' totals."""
+        n = len(self.keys)
+        self.bytes_total += np.bincount(rows, weights=nbytes, minlength=n).astype(np.int64)
+        self.events_total += np.bincount(rows, weights=events, minlength=n).astype(np.int64)
+
+    def credit(
+        self, row: int, contributor: str, nbytes: int, evidence: dict[str, Any] | None
+    ) -> None:
+        """``nbytes`` to one contributor of a surface, with its latest receipt."""
+        self.hitters[row].add(contributor, nbytes)
+        recent = self.recent[row]
+        recent.add(contributor, nbytes)
+        if evidence is not None:
+            receipts = self.receipts[row]
+            receipts[contributor[:MAX_CONTRIBUTOR_CHARS]] = bounded_receipt(evidence)
+            if len(receipts) > 2 * self._k:
+                self.receipts[row] = {c: r for c, r in receipts.items() if c in recent}
+
+    def evidence(self, row: int, top: int) -> list[tuple[str, int, dict[str, Any] | None]]:
+        """The recent top contributors of a surface with their receipts."""
+        receipts = self.receipts[row]
+        return [(c, b, receipts.get(c)) for c, b in self.recent[row].top(top)]
+
+    def forget_recent(self, row: int) -> None:
+        self.recent[row].clear()
+        self.receipts[row] = {}
 
     def to_state(self) -> dict:
         return {
             f"{kind}/{name}": {
-                "bytes_total": s.bytes_total,
-                "events_total": s.events_total,
-                "hitters": s.hitters.to_state(),
+                "bytes_total": int(self.bytes_total[i]),
+                "events_total": int(self.events_total[i]),
+                "hitters": self.hitters[i].to_state(),
             }
-            for (kind, name), s in self.surfaces.items()
+            for i, (kind, name) in enumerate(self.keys)
         } | {"_unknown_surface_events": self.unknown_surface_events}
 
     def load_state(self, state: dict) -> None:
+        """Counters of the surfaces that are still declared; the others are gone (and so are
+        their series)."""
         self.unknown_surface_events = int(state.get("_unknown_surface_events", 0))
-        for key, s in self.surfaces.items():
-            saved = state.get(f"{key[0]}/{key[1]}")
-            if saved:
-                s.bytes_total = int(saved["bytes_total"])
-                s.events_total = int(saved["events_total"])
-                s.hitters.load_state(saved.get("hitters", {}))
+        for i, (kind, name) in enumerate(self.keys):
+            saved = state.get(f"{kind}/{name}")
+            if isinstance(saved, dict):
+                self.bytes_total[i] = int(saved.get("bytes_total", 0))
+                self.events_total[i] = int(saved.get("events_total", 0))
+                self.hitters[i].load_state(saved.get("hitters", {}))

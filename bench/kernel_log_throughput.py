@@ -9,7 +9,7 @@ bench/gen_fence_corpus.py, then times, median of ``--reps`` runs each:
   port), whose totals are checked against the corpus's true totals;
 - ``capalarm backtest --config bench/fence_bench.yaml CORPUS --output /dev/null`` (parse,
   classify, aggregate, detect), whose record count is checked the same way;
-- ``alarm.fastscan.scan_flows`` alone on one core, native scanner and regex path: the
+- ``alarm.collectors.kernel.fastscan.scan_flows`` alone on one core, native scanner and regex path: the
   parser's share.
 
 Prints lines/s for each and the ratio to mtail; the floor is backtest >= 5x mtail.  Exits 1
@@ -137,7 +137,7 @@ def run_scanner(path: Path, reps: int, totals: dict[str, int], native: bool) -> 
     import os
 
     from alarm.backtest import SPLIT_BYTES, _read_range
-    from alarm.fastscan import native_available, scan_flows
+    from alarm.collectors.kernel.fastscan import native_available, scan_flows
 
     if native and not native_available():
         return {"error": "alarm._fastscan not built (pip install needs a C compiler)"}

@@ -36,8 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from alarm.collectors.base import Batch  # noqa: E402
-from alarm.collectors.kmsg import KmsgCollector  # noqa: E402
-from alarm.kernel_formats import parse_kmsg_record  # noqa: E402
+from alarm.collectors.kernel.kmsg import KmsgCollector  # noqa: E402
+from alarm.collectors.kernel.formats import parse_kmsg_record  # noqa: E402
 from tests.kernelnet import fence_netns, inject_kmsg, kernel_missing  # noqa: E402
 
 PORT = 9911

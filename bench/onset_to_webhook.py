@@ -30,9 +30,9 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from alarm.collectors.base import Batch, SourceStats
-from alarm.collectors.synthetic import fence_line
+from alarm.collectors.kernel.synthetic import fence_line
 from alarm.config import config_from_dict
-from alarm.records import KernelRecord
+from alarm.collectors.kernel.records import KernelRecord
 from alarm.service import Service
 
 SPIKE_FOR = 3.0

@@ -19,8 +19,8 @@ from kernel_log_throughput import corpus
 
 from alarm import pipeline as pipeline_module
 from alarm.config import load_config
-from alarm.fastscan import native_available
-from alarm.kernel_formats import parse_syslog_line
+from alarm.collectors.kernel.fastscan import native_available
+from alarm.collectors.kernel.formats import parse_syslog_line
 
 
 def main() -> int:

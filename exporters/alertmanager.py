@@ -23,9 +23,9 @@ from typing import Any
 
 import aiohttp
 
+from alarm.notify_config import AlertmanagerDestination
+from alarm.sanitize import sanitize
 from exporters.delivery import Outcome, classify
-from exporters.http import sanitize
-from exporters.notify_config import AlertmanagerDestination
 from exporters.outbox import Row
 from exporters.payload import LinkSet, contributors, human_bytes, iso, lampson, summary
 from exporters.routing import target_of

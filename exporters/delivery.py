@@ -16,17 +16,18 @@ import email.utils
 import logging
 import random
 import sqlite3
+import threading
 import time
 from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
 
 import aiohttp
 
 from alarm import __version__
-from exporters.notify_config import OutboxConfig
-from exporters.outbox import Outbox, Row, Settle
+from alarm.notify_config import OutboxConfig
+from exporters.outbox import ChannelStats, Outbox, Row, Settle
 
 log = logging.getLogger("capalarm.notify")
 
@@ -93,6 +94,10 @@ def backoff(attempt: int, cfg: OutboxConfig, rng: random.Random) -> float:
 class Sender(Protocol):
     """A destination's protocol: render a row for one target URL and send it."""
 
+    def targets(self) -> list[tuple[str, str]]:
+        """Its channels: (channel name, the target shown for it) — one per URL it posts to."""
+        ...
+
     async def send(
         self, session: aiohttp.ClientSession, target: str, row: Row, now: float
     ) -> Outcome: ...
@@ -107,14 +112,15 @@ class Channel:
     destination: str
     type: str
     target: str  # for display: a URL, or where the secret URL comes from
-    stats: Any = None  # () -> dict[str, ChannelStats]: cached outbox figures
+    stats: Callable[[], Mapping[str, ChannelStats]] | None = None  # cached outbox figures
     sent: int = 0
     failed: int = 0
     retried: int = 0
     dropped: int = 0
     unpersisted: int = 0  # rows held in memory because the outbox could not be written
+    restarts: int = 0  # times its worker failed unexpectedly and was started again
 
-    def _figures(self) -> Any:
+    def _figures(self) -> ChannelStats | None:
         return self.stats().get(self.name) if self.stats else None
 
     @property
@@ -133,38 +139,94 @@ class Channel:
         return f.dead if f else 0
 
 
-@dataclass(slots=True)
 class MemoryRows:
-    """Rows that could not be written (disk full), sent from memory meanwhile."""
+    """Rows that could not be written (disk full), sent from memory meanwhile.
 
-    rows: list[Row] = field(default_factory=list)
-    next_at: dict[int, float] = field(default_factory=dict)
-    attempts: dict[int, int] = field(default_factory=dict)
-    delivered: set[str] = field(default_factory=set)  # idempotency keys
-    ids: dict[str, int] = field(default_factory=dict)  # idempotency key -> stable negative id
+    Two threads use it: the pipeline thread replaces the rows at every failed write and clears
+    them once a write succeeds; the channel's worker, on the event loop, sends them and records
+    what became of each.  One lock makes every method atomic, so a row delivered while the
+    pipeline thread is deciding the rows again is never held (and sent) again."""
 
-    def replace(self, rows: list[Row]) -> None:
+    __slots__ = ("_attempts", "_delivered", "_ids", "_lock", "_next_at", "_rows")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: list[Row] = []
+        self._next_at: dict[int, float] = {}
+        self._attempts: dict[int, int] = {}
+        self._delivered: set[str] = set()  # idempotency keys
+        self._ids: dict[str, int] = {}  # idempotency key -> stable negative id
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    # -- the pipeline thread ---------------------------------------------------------------
+    def replace(self, rows: Iterable[Row]) -> int:
         """The rows to hold now (decided again at every failed write); a row keeps its id,
-        attempts and backoff across replacements, and one delivered is not held again."""
-        held = []
-        for r in rows:
-            if r.idem_key in self.delivered:
-                continue
-            rid = self.ids.setdefault(r.idem_key, -(len(self.ids) + 1))
-            held.append(Row(rid, r.channel, r.order_key, r.idem_key, r.event, r.created, 0, r.body))
-            self.next_at.setdefault(rid, 0.0)
-        self.rows = held  # one assignment: the event loop reads it from another thread
-
-    def remove(self, row: Row) -> None:
-        self.rows = [r for r in self.rows if r.idem_key != row.idem_key]
-        self.next_at.pop(row.id, None)
+        attempts and backoff across replacements, and one delivered is not held again.
+        Returns how many are held."""
+        with self._lock:
+            held = []
+            for r in rows:
+                if r.idem_key in self._delivered:
+                    continue
+                rid = self._ids.setdefault(r.idem_key, -(len(self._ids) + 1))
+                held.append(
+                    Row(rid, r.channel, r.order_key, r.idem_key, r.event, r.created, 0, r.body)
+                )
+            self._rows = held
+            self._next_at = {r.id: self._next_at.get(r.id, 0.0) for r in held}
+            self._attempts = {r.id: self._attempts[r.id] for r in held if r.id in self._attempts}
+            return len(held)
 
     def clear(self) -> None:
         """Everything held is stored now."""
-        self.rows = []
-        self.next_at.clear()
-        self.attempts.clear()
-        self.ids.clear()
+        with self._lock:
+            self._rows = []
+            self._next_at.clear()
+            self._attempts.clear()
+            self._ids.clear()
+
+    def delivered_keys(self) -> set[str]:
+        """Idempotency keys delivered from memory: not to be queued again once stored."""
+        with self._lock:
+            return set(self._delivered)
+
+    def forget_delivered(self, keys: set[str]) -> None:
+        with self._lock:
+            self._delivered -= keys
+
+    # -- the channel's worker --------------------------------------------------------------
+    def due(self, now: float) -> list[Row]:
+        """Held rows whose next attempt is due, oldest first."""
+        with self._lock:
+            return [r for r in self._rows if self._next_at.get(r.id, 0.0) <= now]
+
+    def next_due(self) -> float | None:
+        with self._lock:
+            return min(self._next_at.values(), default=None)
+
+    def attempts(self, row: Row) -> int:
+        with self._lock:
+            return self._attempts.get(row.id, 0)
+
+    def delivered(self, row: Row) -> None:
+        with self._lock:
+            self._delivered.add(row.idem_key)
+            self._drop(row)
+
+    def gave_up(self, row: Row) -> None:
+        with self._lock:
+            self._drop(row)
+
+    def retry_at(self, row: Row, attempts: int, at: float) -> None:
+        with self._lock:
+            self._attempts[row.id] = attempts
+            self._next_at[row.id] = at
+
+    def _drop(self, row: Row) -> None:
+        self._rows = [r for r in self._rows if r.idem_key != row.idem_key]
+        self._next_at.pop(row.id, None)
 
 
 class ChannelWorker:
@@ -210,6 +272,15 @@ class ChannelWorker:
         self._failing = False
         self._throttled = False
         self._expediting: asyncio.Task[None] | None = None
+
+    def update(
+        self, sender: Sender, target: str, cfg: OutboxConfig, max_attempts: int | None
+    ) -> None:
+        """A reload that changed what is read per send (secrets, URL, retry limits) but not the
+        session (timeout, concurrency): the worker goes on, nothing in flight is cut.  Event
+        loop thread only, like the worker itself."""
+        self.sender, self.target, self.cfg, self.max_attempts = sender, target, cfg, max_attempts
+        self._wake.set()
 
     def wake(self) -> None:
         self._wake.set()
@@ -257,7 +328,7 @@ class ChannelWorker:
             due = await self.outbox.call(self.outbox.next_due, self.channel.name)
         except sqlite3.Error:
             due = None
-        mem = min(list(self.memory.next_at.values()), default=None)
+        mem = self.memory.next_due()
         candidates = [d for d in (due, mem) if d is not None]
         if not candidates:
             return 1.0
@@ -279,10 +350,10 @@ class ChannelWorker:
         while self._buffer and len(rows) < free:
             rows.append(self._buffer.popleft())
         busy |= {r.order_key for r in rows}
-        for r in list(self.memory.rows):
+        for r in self.memory.due(now):
             if len(rows) >= free:
                 break
-            if r.order_key in busy or self.memory.next_at.get(r.id, 0.0) > now:
+            if r.order_key in busy:
                 continue
             busy.add(r.order_key)  # one per key, oldest first; and never ahead of stored rows
             if await self.outbox.call(self.outbox.has_pending, self.channel.name, r.order_key):
@@ -361,11 +432,10 @@ class ChannelWorker:
         if outcome.ok:
             ch.sent += 1
             if in_memory:
-                self.memory.delivered.add(row.idem_key)
-                self.memory.remove(row)
+                self.memory.delivered(row)
                 return None
             return Settle("ack", row.id)
-        attempts = (self.memory.attempts.get(row.id, 0) if in_memory else row.attempts) + 1
+        attempts = (self.memory.attempts(row) if in_memory else row.attempts) + 1
         age = now - row.created
         give_up = None
         if not outcome.retry:
@@ -386,7 +456,7 @@ class ChannelWorker:
                 give_up,
             )
             if in_memory:
-                self.memory.remove(row)
+                self.memory.gave_up(row)
                 return None
             return Settle("dead", row.id, now, give_up)
         ch.retried += 1
@@ -412,7 +482,6 @@ class ChannelWorker:
         else:
             self._quiet += 1
         if in_memory:
-            self.memory.attempts[row.id] = attempts
-            self.memory.next_at[row.id] = now + delay
+            self.memory.retry_at(row, attempts, now + delay)
             return None
         return Settle("retry", row.id, now + delay, outcome.reason)

@@ -5,25 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import html
-import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from aiohttp import web
 
 from alarm.detector.alerts import AlertState
-from alarm.pipeline import Snapshot
+from alarm.sanitize import sanitize
+from alarm.snapshot import Snapshot
 from exporters.prometheus import NotifierView, render
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 STATE_NAMES = {int(s): s.name.lower() for s in AlertState}
-
-
-def sanitize(text: str, limit: int = 200) -> str:
-    """Workload-controlled text (hostnames, paths, packages) for JSON, logs and alerts: no control
-    characters, bounded length."""
-    text = _CONTROL.sub("?", text)
-    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def surfaces_json(snap: Snapshot) -> dict[str, Any]:
@@ -62,19 +54,23 @@ def surfaces_json(snap: Snapshot) -> dict[str, Any]:
         "sources": [
             {
                 "source": v.name,
-                "up": v.stats.up,
-                "provenance_verified": v.stats.provenance_verified,
-                "records_read": v.stats.records_read,
-                "parse_errors": v.stats.parse_errors,
-                "records_lost": v.stats.records_lost,
-                "forged_records": v.stats.forged_records,
-                "truncations": v.stats.truncations,
-                "rotations": v.stats.rotations,
-                "last_record_timestamp": v.stats.last_record_ts,
-                "last_error": sanitize(v.stats.last_error),
+                "type": v.type,
+                "kind": v.kind,
+                "mode": v.health.mode,
+                "up": v.health.up,
+                "caught_up": v.health.caught_up,
+                "provenance_verified": v.health.provenance_verified,
+                "counters": {c: v.counters.get(c, 0) for c in v.declared},
+                "watermark": v.watermark,
+                "last_record_timestamp": v.health.last_record_ts,
+                "last_success_timestamp": v.health.last_success_at,
+                "errors": v.health.errors,
+                "last_error": sanitize(v.health.last_error),
+                "last_error_timestamp": v.health.last_error_at,
             }
             for v in snap.sources
         ],
+        "open_ticks": snap.open_ticks,
     }
 
 
@@ -85,7 +81,7 @@ class HttpServer:
     def __init__(
         self,
         snapshot: SnapshotFn,
-        notifiers: Sequence[NotifierView],
+        notifiers: Callable[[], Sequence[NotifierView]],
         recent_changes: Callable[[], list[dict[str, Any]]],
         ready: Callable[[], tuple[bool, str]],
         notifications: Callable[[], Awaitable[dict[str, Any]]] | None = None,
@@ -111,7 +107,7 @@ class HttpServer:
     async def metrics(self, request: web.Request) -> web.Response:
         snap = await self._snapshot()
         body, ctype = await asyncio.to_thread(
-            render, snap, list(self._notifiers), request.headers.get("Accept")
+            render, snap, list(self._notifiers()), request.headers.get("Accept")
         )
         resp = web.Response(body=body)
         resp.headers["Content-Type"] = ctype
@@ -148,9 +144,11 @@ class HttpServer:
             for s in snap.surfaces
         )
         srcs = "".join(
-            f"<tr><td>{html.escape(v.name)}</td><td>{'up' if v.stats.up else 'DOWN'}</td>"
-            f"<td>{v.stats.records_read}</td><td>{v.stats.records_lost}</td>"
-            f"<td>{v.stats.forged_records}</td><td>{v.stats.parse_errors}</td></tr>"
+            f"<tr><td>{html.escape(v.name)}</td><td>{'up' if v.health.up else 'DOWN'}</td>"
+            f"<td>{v.counters.get('records_read', 0)}</td>"
+            f"<td>{v.counters.get('records_lost', 0)}</td>"
+            f"<td>{v.counters.get('forged_records', 0)}</td>"
+            f"<td>{v.counters.get('parse_errors', 0)}</td></tr>"
             for v in snap.sources
         )
         page = f"""<!doctype html><html><head><meta charset=utf-8><title>capalarm</title>

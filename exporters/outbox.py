@@ -19,7 +19,8 @@ the same as the detector state beside it.  Delivery is at-least-once: a row whos
 in flight when the process died is sent again, with the same idempotency key.
 
 All methods are synchronous and serialised by one lock; the event loop calls them through
-``call`` (a single worker thread), the pipeline thread calls ``transaction`` directly.
+``call`` (a single worker thread), the pipeline thread calls ``transaction`` directly.  A delivery
+outcome is written with ``settle`` (a batch: delete, retry later, or dead-letter).
 """
 
 from __future__ import annotations
@@ -144,11 +145,11 @@ class Outbox:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[_Tx]:
+    def transaction(self) -> Iterator[Transaction]:
         with self._lock:
             self.db.execute("BEGIN IMMEDIATE")
             try:
-                yield _Tx(self.db)
+                yield Transaction(self.db)
                 self.db.execute("COMMIT")
             except BaseException:
                 # After SQLITE_FULL SQLite may already have rolled back; that is fine.
@@ -157,13 +158,13 @@ class Outbox:
                 raise
 
     @contextlib.contextmanager
-    def reading(self) -> Iterator[_Tx]:
+    def reading(self) -> Iterator[Transaction]:
         """A consistent read that never writes: what the router uses to decide while the
         disk is full (its decisions are then delivered from memory, not stored)."""
         with self._lock:
             self.db.execute("BEGIN")
             try:
-                yield _Tx(self.db)
+                yield Transaction(self.db)
             finally:
                 with contextlib.suppress(sqlite3.Error):
                     self.db.execute("ROLLBACK")
@@ -207,13 +208,7 @@ class Outbox:
 
     def has_pending(self, channel: str, order_key: str) -> bool:
         with self._lock:
-            return (
-                self.db.execute(
-                    "SELECT 1 FROM notify_outbox WHERE channel = ? AND order_key = ? LIMIT 1",
-                    (channel, order_key),
-                ).fetchone()
-                is not None
-            )
+            return Transaction(self.db).has_pending(channel, order_key)
 
     def settle(self, ops: Iterable[Settle]) -> None:
         """Write a batch of delivery outcomes in one transaction."""
@@ -245,47 +240,6 @@ class Outbox:
                     (now, channel, now),
                 ).rowcount
             )
-
-    def ack(self, row_id: int) -> None:
-        with self.transaction() as tx:
-            tx.db.execute("DELETE FROM notify_outbox WHERE id = ?", (row_id,))
-
-    def retry(self, row_id: int, next_at: float, error: str) -> None:
-        with self.transaction() as tx:
-            tx.db.execute(
-                "UPDATE notify_outbox SET attempts = attempts + 1, next_at = ?, last_error = ? "
-                "WHERE id = ?",
-                (next_at, error[:500], row_id),
-            )
-
-    def dead(self, row_id: int, reason: str, now: float) -> None:
-        """Move a row to the dead-letter table, in one transaction."""
-        with self.transaction() as tx:
-            tx.db.execute(
-                """INSERT INTO notify_dead
-                   (channel, order_key, idem_key, event, created, died, attempts, reason, body)
-                   SELECT channel, order_key, idem_key, event, created, ?, attempts + 1, ?, body
-                   FROM notify_outbox WHERE id = ?""",
-                (now, reason[:500], row_id),
-            )
-            tx.db.execute("DELETE FROM notify_outbox WHERE id = ?", (row_id,))
-
-    def dead_channel(self, channel: str, reason: str, now: float) -> int:
-        """Dead-letter everything queued for a channel (its destination left the config)."""
-        with self.transaction() as tx:
-            tx.db.execute(
-                """INSERT INTO notify_dead
-                   (channel, order_key, idem_key, event, created, died, attempts, reason, body)
-                   SELECT channel, order_key, idem_key, event, created, ?, attempts, ?, body
-                   FROM notify_outbox WHERE channel = ? ORDER BY id""",
-                (now, reason[:500], channel),
-            )
-            n = tx.db.execute("DELETE FROM notify_outbox WHERE channel = ?", (channel,)).rowcount
-        return int(n)
-
-    def channels_with_rows(self) -> list[str]:
-        with self._lock:
-            return [r[0] for r in self.db.execute("SELECT DISTINCT channel FROM notify_outbox")]
 
     # -- what the metrics and the API read ---------------------------------------------
     def stats(self) -> dict[str, ChannelStats]:
@@ -351,8 +305,9 @@ class Outbox:
             )
 
 
-class _Tx:
-    """The router's reads and writes inside one transaction."""
+class Transaction:
+    """The router's reads and writes inside one transaction (from ``Outbox.transaction`` or,
+    read-only, ``Outbox.reading``); valid only inside that ``with`` block."""
 
     __slots__ = ("db",)
 
@@ -418,6 +373,22 @@ class _Tx:
             "INSERT OR REPLACE INTO notify_sent (dest, fingerprint, state, at, seq) "
             "VALUES (?, ?, ?, ?, ?)",
             (dest, fingerprint, state, at, seq),
+        )
+
+    def channels_with_rows(self) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT DISTINCT channel FROM notify_outbox")]
+
+    def dead_channel(self, channel: str, reason: str, now: float) -> int:
+        """Dead-letter everything queued for a channel (its destination left the config)."""
+        self.db.execute(
+            """INSERT INTO notify_dead
+               (channel, order_key, idem_key, event, created, died, attempts, reason, body)
+               SELECT channel, order_key, idem_key, event, created, ?, attempts, ?, body
+               FROM notify_outbox WHERE channel = ? ORDER BY id""",
+            (now, reason[:500], channel),
+        )
+        return int(
+            self.db.execute("DELETE FROM notify_outbox WHERE channel = ?", (channel,)).rowcount
         )
 
     def has_pending(self, channel: str, order_key: str) -> bool:

@@ -22,8 +22,8 @@ from typing import Any
 import aiohttp
 from pydantic import SecretStr
 
+from alarm.notify_config import PagerDutyDestination
 from exporters.delivery import DELIVERED, Outcome, reject, retry, retry_after
-from exporters.notify_config import PagerDutyDestination
 from exporters.outbox import Row
 from exporters.payload import LinkSet, alert_document, iso, summary
 from exporters.routing import target_of

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from exporters.http import sanitize
+from alarm.sanitize import sanitize
 from exporters.routing import target_of
 
 

@@ -1,24 +1,32 @@
 """/metrics: Prometheus text format or OpenMetrics, chosen by the Accept header.
 
 Built from a Snapshot with prometheus_client's exposition code, in a worker thread, so a
-scrape never blocks the event loop.  Label values are surface and source names from the config
-only: the series count is bounded by the config, whatever the traffic.
+scrape never blocks the event loop.  One small collector per concern (surfaces, budgets,
+alerts, sources, notifiers, the service itself).  Label values are surface and source names
+from the config only: the series count is bounded by the config, whatever the traffic.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, exposition, openmetrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 
 from alarm import __version__
-from alarm.pipeline import Snapshot
+from alarm.events import CORE_COUNTERS
+from alarm.snapshot import Snapshot, SourceView, SurfaceView
+
+# Capacity figures are computed in bits (the TCSEC bands are in bit/s) but exposed in
+# Prometheus' base unit, bytes, as promtool's lint requires: multiply by 8 for bits.
+BITS = 1 / 8
+SURFACE_LABELS = ["surface", "kind"]
 
 
 class NotifierView:
-    """What a notifier reports; see exporters/webhook.py."""
+    """What a notifier reports; see exporters/delivery.py."""
 
     name: str
     sent: int
@@ -31,73 +39,103 @@ class NotifierView:
     unpersisted: int  # held in memory because the outbox could not be written
 
 
-def _families(snap: Snapshot, notifiers: Sequence[NotifierView]) -> Iterable[Metric]:
-    yield InfoMetricFamily(
-        "capalarm_build", "capalarm build information", value={"version": __version__}
+def _surface_family(
+    snap: Snapshot,
+    fam_type: type[CounterMetricFamily] | type[GaugeMetricFamily],
+    name: str,
+    doc: str,
+    value: Callable[[SurfaceView], float],
+) -> Metric:
+    fam = fam_type(f"capalarm_surface_{name}", doc, labels=SURFACE_LABELS)
+    for s in snap.surfaces:
+        fam.add_metric([s.name, s.kind], value(s))
+    return fam
+
+
+def surface_families(snap: Snapshot) -> Iterable[Metric]:
+    """Volume and rate per surface: what was written, and how fast over the last tick."""
+    c, g = CounterMetricFamily, GaugeMetricFamily
+    yield _surface_family(
+        snap, c, "written_bytes", "Bytes written through the surface.", lambda s: s.bytes_total
     )
-
-    sl = ["surface", "kind"]
-
-    def counter(name: str, doc: str, attr: str) -> CounterMetricFamily:
-        fam = CounterMetricFamily(f"capalarm_surface_{name}", doc, labels=sl)
-        for s in snap.surfaces:
-            fam.add_metric([s.name, s.kind], getattr(s, attr))
-        return fam
-
-    def gauge(name: str, doc: str, attr: str, scale: float = 1.0) -> GaugeMetricFamily:
-        fam = GaugeMetricFamily(f"capalarm_surface_{name}", doc, labels=sl)
-        for s in snap.surfaces:
-            fam.add_metric([s.name, s.kind], float(getattr(s, attr)) * scale)
-        return fam
-
-    # Capacity figures are computed in bits (the TCSEC bands are in bit/s) but exposed in
-    # Prometheus' base unit, bytes, as promtool's lint requires: multiply by 8 for bits.
-    bits = 1 / 8
-
-    yield counter("written_bytes", "Bytes written through the surface.", "bytes_total")
-    yield counter(
+    yield _surface_family(
+        snap,
+        c,
         "write_events",
         "Write events (packets, file writes, uploads) on the surface.",
-        "events_total",
+        lambda s: s.events_total,
     )
-    yield gauge("write_rate_bytes_per_second", "Byte rate over the last closed tick.", "rate")
-    yield gauge("write_events_per_second", "Event rate over the last closed tick.", "events_rate")
-    yield gauge(
-        "baseline_bytes_per_second", "Robust baseline (median) of the byte rate.", "baseline"
+    yield _surface_family(
+        snap, g, "write_rate_bytes_per_second", "Byte rate over the last tick.", lambda s: s.rate
     )
-    yield gauge("threshold_bytes_per_second", "Spike threshold for the byte rate.", "threshold")
-    yield gauge(
+    yield _surface_family(
+        snap,
+        g,
+        "write_events_per_second",
+        "Event rate over the last tick.",
+        lambda s: s.events_rate,
+    )
+    yield _surface_family(
+        snap,
+        g,
+        "capacity_bytes_per_second",
+        "Lampson upper bound of the information carried over the last tick (payload + metadata "
+        "per event), in bytes/s (x8 for bit/s).",
+        lambda s: s.capacity_bps * BITS,
+    )
+
+
+def spike_families(snap: Snapshot) -> Iterable[Metric]:
+    """The spike rule: baseline and threshold."""
+    g = GaugeMetricFamily
+    yield _surface_family(
+        snap,
+        g,
+        "baseline_bytes_per_second",
+        "Robust seasonal baseline of the byte rate.",
+        lambda s: s.baseline,
+    )
+    yield _surface_family(
+        snap,
+        g,
+        "threshold_bytes_per_second",
+        "Spike threshold for the byte rate (0 while the surface is not judged).",
+        lambda s: s.threshold,
+    )
+    yield _surface_family(
+        snap,
+        g,
         "baseline_ready",
         "1 when the baseline has enough history to judge spikes.",
-        "baseline_ready",
+        lambda s: float(s.baseline_ready),
     )
-    yield gauge(
-        "capacity_bytes_per_second",
-        "Lampson upper bound of the information carried over the last tick (payload + metadata per event), "
-        "in bytes/s (x8 for bit/s).",
-        "capacity_bps",
-        bits,
-    )
-    yield gauge(
+
+
+def budget_families(snap: Snapshot) -> Iterable[Metric]:
+    """The capacity budgets: the first horizon's figures, every horizon, the seasonal one."""
+    g = GaugeMetricFamily
+    yield _surface_family(
+        snap,
+        g,
         "budget_allowance_bytes_per_second",
         "Capacity budget allowance k (x8 for bit/s).",
-        "budget_allowance",
-        bits,
+        lambda s: s.budget_allowance * BITS,
     )
-    yield gauge(
+    yield _surface_family(
+        snap,
+        g,
         "budget_tolerance_bytes",
         "Capacity budget tolerance h, the largest leak tolerated (x8 for bits).",
-        "budget_tolerance",
-        bits,
+        lambda s: s.budget_tolerance * BITS,
     )
-    yield gauge(
+    yield _surface_family(
+        snap,
+        g,
         "budget_excess_bytes",
         "Information carried above the allowance, accumulated (CUSUM; x8 for bits).",
-        "budget_excess",
-        bits,
+        lambda s: s.budget_excess * BITS,
     )
-    # Every budget horizon (1m, 1h, 1d by default); the three above are the first horizon's.
-    hl = [*sl, "horizon"]
+    labels = [*SURFACE_LABELS, "horizon"]
     for name, doc, index in (
         (
             "allowance_bytes_per_second",
@@ -107,24 +145,29 @@ def _families(snap: Snapshot, notifiers: Sequence[NotifierView]) -> Iterable[Met
         ("tolerance_bytes", "Capacity budget tolerance h per horizon (x8 for bits).", 2),
         ("excess_bytes", "CUSUM above the allowance per horizon (x8 for bits).", 3),
     ):
-        fam = GaugeMetricFamily(f"capalarm_surface_budget_horizon_{name}", doc, labels=hl)
+        fam = g(f"capalarm_surface_budget_horizon_{name}", doc, labels=labels)
         for s in snap.surfaces:
             for horizon in s.budget_horizons:
-                fam.add_metric([s.name, s.kind, horizon[0]], float(horizon[index]) * bits)
+                fam.add_metric([s.name, s.kind, horizon[0]], float(horizon[index]) * BITS)
         yield fam
-
-    yield gauge(
+    yield _surface_family(
+        snap,
+        g,
         "seasonal_budget_ratio",
         "Seasonal budget: its CUSUM over its tolerance (the budget alert fires above 1; 0 while "
         "it does not judge).",
-        "seasonal_ratio",
+        lambda s: s.seasonal_ratio,
     )
-    yield gauge(
+    yield _surface_family(
+        snap,
+        g,
         "seasonal_budget_judged",
         "1 when the seasonal budget judges the surface (a day of history, a ready hour).",
-        "seasonal_judged",
+        lambda s: float(s.seasonal_judged),
     )
 
+
+def alert_families(snap: Snapshot) -> Iterable[Metric]:
     state = GaugeMetricFamily(
         "capalarm_alert_state",
         "Alert state per surface or source and rule: 0 inactive, 1 pending, 2 firing.",
@@ -141,63 +184,101 @@ def _families(snap: Snapshot, notifiers: Sequence[NotifierView]) -> Iterable[Met
         state.add_metric(["source", source, "source", rule], st)
     yield state
 
-    src = ["source"]
 
-    def src_counter(name: str, doc: str, attr: str) -> CounterMetricFamily:
-        fam = CounterMetricFamily(f"capalarm_source_{name}", doc, labels=src)
-        for v in snap.sources:
-            fam.add_metric([v.name], getattr(v.stats, attr))
-        return fam
-
-    def src_gauge(name: str, doc: str, attr: str) -> GaugeMetricFamily:
-        fam = GaugeMetricFamily(f"capalarm_source_{name}", doc, labels=src)
-        for v in snap.sources:
-            fam.add_metric([v.name], float(getattr(v.stats, attr)))
-        return fam
-
-    yield src_gauge("up", "1 while the source is reading.", "up")
-    yield src_gauge(
+_SOURCE_GAUGES: tuple[tuple[str, str, Callable[[SourceView], float]], ...] = (
+    ("up", "1 while the source is reading.", lambda v: float(v.health.up)),
+    (
         "provenance_verified",
-        "1 when the source proves a record came from the kernel (kmsg facility, journald transport); 0 for files.",
-        "provenance_verified",
-    )
-    yield src_counter("records_read", "Records read from the source.", "records_read")
-    yield src_counter(
-        "parse_errors", "Records that matched a fence prefix but did not parse.", "parse_errors"
-    )
-    yield src_counter(
-        "records_lost",
-        "Records known or possibly lost (ring overwrite, sequence gap, truncation).",
-        "records_lost",
-    )
-    yield src_counter(
-        "forged_records",
-        "Fence look-alikes not written by the kernel: rejected and alarmed.",
-        "forged_records",
-    )
-    yield src_counter(
-        "truncations", "Followed files truncated in place (copytruncate).", "truncations"
-    )
-    yield src_counter("rotations", "Followed files rotated by rename.", "rotations")
-    yield src_gauge(
-        "last_record_timestamp_seconds", "Timestamp of the last record read.", "last_record_ts"
-    )
+        "1 when the source proves a record came from the kernel (kmsg facility, journald "
+        "transport); 0 for files, which cannot.",
+        lambda v: float(v.health.provenance_verified),
+    ),
+    (
+        "caught_up",
+        "1 when the source has handed over everything it could read so far.",
+        lambda v: float(v.health.caught_up),
+    ),
+    (
+        "last_record_timestamp_seconds",
+        "Timestamp of the last record read.",
+        lambda v: v.health.last_record_ts,
+    ),
+    (
+        "last_success_timestamp_seconds",
+        "When the source last completed a read or poll.",
+        lambda v: v.health.last_success_at,
+    ),
+    (
+        "read_duration_seconds",
+        "How long the source's last read or poll took.",
+        lambda v: v.health.read_seconds,
+    ),
+    (
+        "last_error_timestamp_seconds",
+        "When the source last failed (0: never); the error text is in /api/v1/surfaces.",
+        lambda v: v.health.last_error_at,
+    ),
+    (
+        "watermark_timestamp_seconds",
+        "Event time up to which the source has handed over every event.",
+        lambda v: v.watermark,
+    ),
+)
 
-    nl = ["notifier"]
+
+def source_families(snap: Snapshot) -> Iterable[Metric]:
+    """Proof of sight per source: up, fresh, and every counter its type keeps."""
+    labels = ["source"]
+    info = InfoMetricFamily(
+        "capalarm_source", "Source type, surface kind and read mode.", labels=labels
+    )
+    for v in snap.sources:
+        info.add_metric([v.name], {"type": v.type, "kind": v.kind, "mode": v.health.mode})
+    yield info
+    for name, doc, value in _SOURCE_GAUGES:
+        fam = GaugeMetricFamily(f"capalarm_source_{name}", doc, labels=labels)
+        for v in snap.sources:
+            fam.add_metric([v.name], value(v))
+        yield fam
+    errors = CounterMetricFamily(
+        "capalarm_source_errors",
+        "Source failures (a reader that died, a poll that failed).",
+        labels=labels,
+    )
+    for v in snap.sources:
+        errors.add_metric([v.name], v.health.errors)
+    yield errors
+    # Every counter: the core ones for every source, a type's own for the sources of that type.
+    names: dict[str, str] = dict(CORE_COUNTERS)
+    for v in snap.sources:
+        for c in v.declared:
+            names.setdefault(c, f"Source counter {c}.")
+    for counter, doc in names.items():
+        fam = CounterMetricFamily(f"capalarm_source_{counter}", doc, labels=labels)
+        for v in snap.sources:
+            if counter in v.declared or counter in CORE_COUNTERS:
+                fam.add_metric([v.name], v.counters.get(counter, 0))
+        yield fam
+
+
+def notifier_families(notifiers: Sequence[NotifierView]) -> Iterable[Metric]:
+    labels = ["notifier"]
     for name, doc, attr, fam_type in (
         ("sent", "Notifications delivered.", "sent", CounterMetricFamily),
         ("failed", "Deliveries given up after the last retry.", "failed", CounterMetricFamily),
         ("retried", "Delivery attempts retried.", "retried", CounterMetricFamily),
         (
             "dropped",
-            "Notifications dropped: more held in memory than its bound while the outbox could not be written.",
+            "Notifications dropped: more held in memory than its bound while the outbox could "
+            "not be written.",
             "dropped",
             CounterMetricFamily,
         ),
         ("queue_depth", "Notifications waiting.", "queue_depth", GaugeMetricFamily),
         (
             "dead_letters",
-            "Notifications in the dead-letter table: rejected, or undelivered past the maximum age.",
+            "Notifications in the dead-letter table: rejected, or undelivered past the maximum "
+            "age.",
             "dead_letters",
             GaugeMetricFamily,
         ),
@@ -214,15 +295,20 @@ def _families(snap: Snapshot, notifiers: Sequence[NotifierView]) -> Iterable[Met
             GaugeMetricFamily,
         ),
     ):
-        fam = fam_type(f"capalarm_notifier_{name}", doc, labels=nl)
+        fam = fam_type(f"capalarm_notifier_{name}", doc, labels=labels)
         for n in notifiers:
             fam.add_metric([n.name], getattr(n, attr, 0))
         yield fam
 
+
+def service_families(snap: Snapshot) -> Iterable[Metric]:
+    yield InfoMetricFamily(
+        "capalarm_build", "capalarm build information", value={"version": __version__}
+    )
     yield CounterMetricFamily("capalarm_ticks", "Ticks evaluated.", value=snap.ticks)
     yield GaugeMetricFamily(
         "capalarm_last_tick_timestamp_seconds",
-        "End of the last evaluated tick.",
+        "End of the last evaluated tick (event time).",
         value=snap.last_tick_end,
     )
     yield GaugeMetricFamily(
@@ -233,10 +319,15 @@ def _families(snap: Snapshot, notifiers: Sequence[NotifierView]) -> Iterable[Met
         "CPU time the last tick's evaluation took.",
         value=snap.last_tick_seconds,
     )
+    yield GaugeMetricFamily(
+        "capalarm_open_ticks",
+        "Ticks holding counted events that are not evaluated yet (a backlog being read).",
+        value=snap.open_ticks,
+    )
     yield CounterMetricFamily(
-        "capalarm_classify_cache_clears",
-        "Times the classification cache was full and cleared (destination churn).",
-        value=snap.classify_cache_clears,
+        "capalarm_backlog_skipped_cells",
+        "Counts of ticks older than event_time.max_backlog, moved into the first tick evaluated.",
+        value=snap.backlog_skipped,
     )
     yield CounterMetricFamily(
         "capalarm_unknown_surface_events",
@@ -245,13 +336,12 @@ def _families(snap: Snapshot, notifiers: Sequence[NotifierView]) -> Iterable[Met
     )
 
 
-class _SnapshotCollector:
-    def __init__(self, snap: Snapshot, notifiers: Sequence[NotifierView]):
-        self._snap = snap
-        self._notifiers = notifiers
+class _Families:
+    def __init__(self, families: Callable[[], Iterable[Metric]]):
+        self._families = families
 
     def collect(self) -> Iterable[Metric]:
-        return _families(self._snap, self._notifiers)
+        return self._families()
 
 
 def render(
@@ -259,10 +349,24 @@ def render(
 ) -> tuple[bytes, str]:
     """Returns (body, content type).  CPU work: call it off the event loop."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_SnapshotCollector(snap, notifiers))  # type: ignore[arg-type]
+    parts: list[Callable[[], Iterable[Metric]]] = [
+        lambda: service_families(snap),
+        lambda: surface_families(snap),
+        lambda: spike_families(snap),
+        lambda: budget_families(snap),
+        lambda: alert_families(snap),
+        lambda: source_families(snap),
+        lambda: notifier_families(notifiers),
+    ]
+    for part in parts:
+        registry.register(_Families(part))  # type: ignore[arg-type]
     registry.register(ProcessCollector(registry=None))
     if accept and "application/openmetrics-text" in accept:
-        return openmetrics.exposition.generate_latest(
-            registry
-        ), openmetrics.exposition.CONTENT_TYPE_LATEST
+        return (
+            openmetrics.exposition.generate_latest(registry),
+            openmetrics.exposition.CONTENT_TYPE_LATEST,
+        )
     return exposition.generate_latest(registry), exposition.CONTENT_TYPE_LATEST
+
+
+__all__: list[Any] = ["NotifierView", "render"]

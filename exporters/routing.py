@@ -18,6 +18,10 @@ decisions together with the rows they produce.
 - **Flap damping**: more than ``max_changes`` transitions within ``window`` and the alert is
   flapping; its changes are held until it has been stable for ``settle``, then its state at
   that moment is sent if it differs from what was last sent.
+- **Incidents, not flaps** (``reopen_window``, off by default): a resolve waits until the
+  alert has stayed resolved that long; one that fires again meanwhile is the same incident,
+  so a destination that was paged is not paged again, and the incident keeps the first
+  firing's start.  The count of pages is the count of incidents.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
-from exporters.notify_config import SEVERITY_ORDER, Filter, FlapDamping, Silence
+from alarm.notify_config import SEVERITY_ORDER, Filter, FlapDamping, Silence
 
 NOTIFIABLE = ("firing", "resolved")
 TARGET_KEYS = ("surface", "source", "service")
@@ -93,7 +97,22 @@ def observe(
     transitions = [t for t in memory.transitions if t > at - flap.window]
     if state != memory.state:
         transitions.append(at)
+    if reopens(memory, state, at, flap) or (
+        flap.reopen_window > 0 and state == "resolved" and memory.state == "firing"
+    ):
+        # The same incident, to its end: it started when it first fired.
+        change = {**change, "started_at": memory.change.get("started_at", change.get("at"))}
     return AlertMemory(memory.fingerprint, state, change, at, transitions)
+
+
+def reopens(memory: AlertMemory, state: str, at: float, flap: FlapDamping) -> bool:
+    """A firing within ``reopen_window`` of its resolve: the incident goes on."""
+    return (
+        state == "firing"
+        and memory.state == "resolved"
+        and flap.reopen_window > 0
+        and at - memory.changed < flap.reopen_window
+    )
 
 
 def flapping(memory: AlertMemory, flap: FlapDamping, now: float) -> bool:
@@ -141,8 +160,13 @@ def decide(
         if route.repeat_interval > 0 and now - sent.at >= route.repeat_interval and not queued():
             return "repeat"
         return None
-    # resolved: only a destination that was told it fired is told it resolved
-    return "resolved" if last == "firing" else None
+    # resolved: only a destination that was told it fired is told it resolved, and only
+    # once the alert cannot reopen the incident any more (reconcile sends it then).
+    if last != "firing":
+        return None
+    if flap.reopen_window > 0 and now - memory.changed < flap.reopen_window:
+        return None
+    return "resolved"
 
 
 def forgettable(memory: AlertMemory, sent: dict[str, Sent], flap: FlapDamping, now: float) -> bool:

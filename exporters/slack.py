@@ -23,8 +23,8 @@ from typing import Any
 import aiohttp
 from pydantic import SecretStr
 
+from alarm.notify_config import SlackDestination
 from exporters.delivery import Outcome, classify, retry
-from exporters.notify_config import SlackDestination
 from exporters.outbox import Row
 from exporters.payload import LinkSet, alert_document, human_bytes
 

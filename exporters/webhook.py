@@ -24,8 +24,8 @@ import time
 
 import aiohttp
 
+from alarm.notify_config import WebhookDestination
 from exporters.delivery import Outcome, classify
-from exporters.notify_config import WebhookDestination
 from exporters.outbox import Row
 from exporters.payload import LinkSet, alert_document, iso
 from exporters.signing import sign_headers

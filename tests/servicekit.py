@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 
 from alarm.config import config_from_dict
 from alarm.service import Service
+from tests.fakes.kit import wait_for
+
+__all__ = ["get", "metric", "running_service", "wait_for"]
 
 
 @contextlib.asynccontextmanager
@@ -51,16 +53,36 @@ def metric(text: str, name: str, **labels: str) -> float | None:
     return None
 
 
-async def wait_for(
-    predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.1
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(interval)
+def surface_totals(service: Service, name: str, kind: str = "egress") -> tuple[int, int]:
+    """(bytes, events) counted on a surface so far."""
+    table = service.pipeline.table
+    row = table.index[(kind, name)]
+    return int(table.bytes_total[row]), int(table.events_total[row])
+
+
+def source_count(service: Service, source: str, counter: str) -> int:
+    return service.pipeline.sources[source].counters[counter]
+
+
+class RecordsCollector:
+    """Hands the service one batch of kernel records (through the fence reader, as a kernel
+    source does), then idles, up and caught up."""
+
+    def __init__(self, name: str, records: list, prefixes: tuple[str, ...], tick: float):
+        from alarm.collectors.kernel.fence import FenceReader
+        from alarm.events import SourceHealth
+
+        self.name = name
+        self.records = records
+        self.reader = FenceReader(prefixes, require_trusted=True, tick=tick)
+        self.health = SourceHealth(provenance_verified=True)
+
+    async def run(self, emit: Any) -> None:
+        from alarm.events import Batch
+
+        self.health.up = True
+        read = self.reader.read(self.records)
+        counts = {"records_read": len(self.records), "forged_records": read.forged}
+        await emit(Batch(read.events, {k: n for k, n in counts.items() if n}))
+        self.health.caught_up = True
+        await asyncio.Event().wait()

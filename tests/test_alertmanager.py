@@ -20,9 +20,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tests.fakes.kit import change, record, running_notifications
+from tests.fakes.kit import change, record, running_notifications, wait_for
 from tests.fakes.server import free_port, serve
-from tests.servicekit import wait_for
 
 BINARY = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 pytestmark = pytest.mark.skipif(

@@ -10,6 +10,11 @@ from alarm.config import BeaconRule, ConfigError, config_from_dict
 from alarm.detector.beacon import BeaconBank
 from alarm.detector.engine import Detector
 
+
+def never(_row):
+    return []
+
+
 TICK = 60.0
 T0 = 1_780_000_020.0  # a multiple of the tick
 KEYS = [("registry", "board"), ("registry", "wiki")]
@@ -88,7 +93,7 @@ def test_a_steady_rate_is_left_to_the_budgets():
 
 def detector(**beacon) -> Detector:
     surfaces = [
-        {"name": name, "kind": "registry", "match": {"dport": [8000 + i]}}
+        {"name": name, "kind": "registry", "match": {"repository": [name]}}
         for i, (_, name) in enumerate(KEYS)
     ]
     surfaces[0]["budget"] = {
@@ -108,7 +113,7 @@ def run(d: Detector, board: np.ndarray, wiki: np.ndarray, start: int = 0) -> lis
     out = []
     for i in range(board.size):
         nbytes = np.array([board[i], wiki[i]])
-        out += d.evaluate_arrays(T0 + (start + i + 1) * TICK, TICK, nbytes, nbytes > 0, list)
+        out += d.evaluate_arrays(T0 + (start + i + 1) * TICK, TICK, nbytes, nbytes > 0, never)
     return [c for c in out if c.rule == "beacon"]
 
 
@@ -150,7 +155,7 @@ def test_config_rejects_a_resolve_hold_shorter_than_the_period():
                     {
                         "name": "board",
                         "kind": "registry",
-                        "match": {"dport": [8000]},
+                        "match": {"repository": ["board"]},
                         "budget": {
                             "allowance_bits_per_second": 1e6,
                             "tolerance_bits": 1e9,

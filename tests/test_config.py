@@ -42,7 +42,7 @@ def test_every_problem_is_named_by_its_key_path():
         "surfaces[0].match.dst:",
         "surfaces[0].match.dport:",
         "surfaces[1].name:",
-        "sources[0]:",
+        "sources[0].paths:",
         "webhooks[0].url:",
         "typo_key:",
     ):

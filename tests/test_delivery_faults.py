@@ -22,9 +22,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from alarm.collectors.base import Batch, SourceStats
-from alarm.collectors.synthetic import fence_line
-from alarm.records import KernelRecord
+from alarm.collectors.kernel.fence import FenceReader
+from alarm.collectors.kernel.records import KernelRecord
+from alarm.collectors.kernel.synthetic import fence_line
+from alarm.events import Batch, SourceHealth
 from tests.fakes.kit import change, record, running_notifications
 from tests.fakes.receiver import Receiver
 from tests.fakes.server import free_port, serve
@@ -105,10 +106,12 @@ PREFIX = "EGRESS_FENCE"
 
 
 def burst(log: Path, n: int, second: int) -> None:
+    """``n`` records logged now (each counts in the tick its timestamp falls in)."""
+    stamp = time.strftime("%b %d %H:%M:%S", time.localtime())
     with log.open("a") as fh:
         for i in range(n):
             line = fence_line(PREFIX, "198.51.100.7", 8080, "TCP", 600, 40000 + i)
-            fh.write(f"Nov 30 19:00:{second % 60:02d} host kernel: [ 1.{i:06d}] {line}\n")
+            fh.write(f"{stamp} host kernel: [ 1.{i:06d}] {line}\n")
 
 
 def service_config(tmp_path: Path, port: int, hook: str, silences: str = "[]") -> Path:
@@ -255,11 +258,10 @@ async def _silences(port: int) -> bool:
 class TapCollector:
     """Emits kernel-written fence records when the test says so."""
 
-    kind = "egress"
-
-    def __init__(self, name: str):
+    def __init__(self, name: str, tick: float):
         self.name = name
-        self.stats = SourceStats(provenance_verified=True)
+        self.health = SourceHealth(provenance_verified=True)
+        self.reader = FenceReader((PREFIX,), require_trusted=True, tick=tick)
         self.queue: asyncio.Queue[list[KernelRecord]] = asyncio.Queue()
 
     def burst(self, n: int) -> None:
@@ -276,11 +278,12 @@ class TapCollector:
         )
 
     async def run(self, emit):
-        self.stats.up = True
+        self.health.up = True
+        self.health.caught_up = True
         while True:
             records = await self.queue.get()
-            self.stats.records_read += len(records)
-            await emit(Batch(records))
+            read = self.reader.read(records)
+            await emit(Batch(read.events, {"records_read": len(records)}))
 
 
 @contextlib.contextmanager
@@ -333,10 +336,8 @@ async def test_disk_full_on_the_state_directory_raises_an_alarm_and_drops_nothin
                     "outbox": {"base_backoff": "50ms", "max_backoff": "200ms"},
                 },
             }
-            tap = TapCollector("tap")
-            from alarm.config import SourceConfig
-
-            async with running_service(cfg, collectors=[(SourceConfig(name="tap"), tap)]) as svc:
+            tap = TapCollector("tap", 0.2)
+            async with running_service(cfg, collectors={"tap": tap}) as svc:
                 await asyncio.sleep(0.5)
                 filler = fill(tmp_path / "state")
                 tap.burst(40)  # 24 kB: the budget fires while nothing can be written

@@ -1,38 +1,7 @@
-import pytest
-
-from alarm.config import BudgetRule, SpikeRule, config_from_dict
+from alarm.config import BudgetRule, config_from_dict
 from alarm.detector.alerts import AlertMachine, AlertState
-from alarm.detector.baseline import RobustBaseline
 from alarm.detector.budget import CapacityBudget, capacity_bits
 from alarm.surfaces import HeavyHitters
-
-
-def test_baseline_threshold_is_robust_to_a_single_outlier():
-    b = RobustBaseline(SpikeRule(history=100, min_history=10, floor_bytes_per_second=0), tick=1)
-    for i in range(50):
-        b.learn(1000 + (i % 5) * 10)
-    before = b.threshold()
-    b.learn(1e9)  # a spike is clipped to the threshold, it does not drag the baseline
-    assert b.median == pytest.approx(1020, abs=15)
-    assert b.threshold() == pytest.approx(before, rel=0.05)
-
-
-def test_sparse_surface_uses_the_mean_deviation_fallback_and_the_floor():
-    b = RobustBaseline(SpikeRule(history=100, min_history=10, floor_bytes_per_second=500), tick=1)
-    for i in range(60):
-        b.learn(3000.0 if i % 20 == 0 else 0.0)
-    assert b.median == 0
-    assert b.spread > 0  # MAD is 0 on a mostly-zero surface
-    assert b.threshold() >= 500
-
-
-def test_baseline_not_ready_before_min_history():
-    b = RobustBaseline(SpikeRule(history=600, min_history=60), tick=10)
-    for _ in range(5):
-        b.learn(1)
-    assert not b.ready
-    b.learn(1)
-    assert b.ready
 
 
 def test_cusum_budget_fires_only_past_tolerance_and_decays():
@@ -93,18 +62,29 @@ def test_default_unclassified_budget_is_the_tightest():
     assert c.surfaces[0].effective_budget().allowance_bits_per_second > 100
 
 
-def test_source_alarms_cover_records_forged_before_the_first_tick_and_resolve():
-    from alarm.collectors.base import SourceStats
+def judge(name="kernel", up=True, lost=0, unknown=0, forged=0):
+    from alarm.detector.engine import SourceJudgement
+
+    return [SourceJudgement(name, up, "", lost, unknown, forged, lost, forged)]
+
+
+def test_source_alarms_fire_on_what_a_tick_forged_and_resolve():
     from alarm.detector.engine import SOURCE_RESOLVE_HOLD, Detector
 
     d = Detector(config_from_dict({}), [])
-    stats = SourceStats(up=True, forged_records=5)  # restored from a previous run
-    d.attach_source("kernel", stats)
-    stats.forged_records += 1  # before the first tick
-    changes = d.evaluate_sources(10, 10, {"kernel": stats})
+    changes = d.evaluate_sources(10, 10, judge(forged=1))
     assert [(c.rule, c.state, c.value) for c in changes] == [("forged_records", "firing", 1.0)]
     t, resolved = 10, []
     while not resolved and t < 10 + SOURCE_RESOLVE_HOLD + 30:
         t += 10
-        resolved = d.evaluate_sources(t, 10, {"kernel": stats})
+        resolved = d.evaluate_sources(t, 10, judge())
     assert [(c.rule, c.state) for c in resolved] == [("forged_records", "resolved")]
+
+
+def test_a_gap_of_unknown_size_is_a_records_lost_alarm_that_says_so():
+    from alarm.detector.engine import Detector
+
+    d = Detector(config_from_dict({}), [])
+    (change,) = d.evaluate_sources(10, 10, judge(unknown=1))
+    assert (change.rule, change.state) == ("records_lost", "firing")
+    assert "unknown number" in change.summary and change.figures["gap_unknown"] is True

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from alarm.config import config_from_dict
 from alarm.detector.alerts import AlertBank, AlertMachine
 from alarm.detector.engine import Detector
-from alarm.pipeline import Pipeline, take_snapshot
-from alarm.surfaces import TickTotals
+from alarm.events import NAMED, Batch, Event, WriteEvents
+from alarm.pipeline import Pipeline
 
 TICK = 10.0
 T0 = 1_780_000_000.0
@@ -82,7 +82,7 @@ def swarm_config():
         {
             "name": f"board{i}",
             "kind": "registry",
-            "match": {"dport": [8000 + i]},
+            "match": {"repository": [f"board{i}"]},
             "spike": {"enabled": False},
             "budget": {"allowance_bits_per_second": 100, "tolerance_bits": 10_000},
         }
@@ -158,24 +158,17 @@ def test_v1_state_is_loaded():
     assert d.baseline.count[0] == 40
 
 
-def test_evaluate_from_tick_totals_in_any_order():
-    keys = [("registry", f"board{i}") for i in range(6)]
-    d = Detector(swarm_config(), keys)
-    totals = [TickTotals(k, 1000 * (i + 1), 1) for i, k in enumerate(reversed(keys))]
-    d.evaluate(T0 + TICK, TICK, totals, never)
-    assert d.surfaces[("registry", "board5")].figures.rate == 100.0
-    assert d.surfaces[("registry", "(all)")].figures.rate == 2100.0
-
-
 def test_snapshot_lists_aggregates_with_summed_totals_and_horizons():
-    p = Pipeline(swarm_config(), kinds_in_use=("registry",))
-    for i in range(6):
-        p.table.add("registry", f"board{i}", 100, 1, "c")
-    p.close_tick(T0 + TICK, TICK)
-    snap = take_snapshot(p, T0 + TICK, 5)
+    p = Pipeline(swarm_config(), {"b": ("external", "registry")})
+    rows = [("registry", f"board{i}") for i in range(6)]
+    events = WriteEvents.of(NAMED, [Event(T0 + 1, row, 100, "c") for row in rows])
+    p.apply("b", Batch(events), None)
+    p.close_until(T0 + TICK)
+    snap = p.snapshot(T0 + TICK, 5, {}, {})
     agg = [s for s in snap.surfaces if s.name == "(all)"]
     assert len(agg) == 1 and agg[0].bytes_total == 600 and agg[0].events_total == 6
     assert agg[0].budget_horizons and agg[0].budget_horizons[0][0] == "base"
+    assert agg[0].rate == 600 / TICK
 
 
 _steps = st.lists(st.tuples(st.floats(0, 3), st.booleans()), min_size=1, max_size=40)

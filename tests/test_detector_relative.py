@@ -43,7 +43,7 @@ def board_config(budget: dict = BOARD_BUDGET, **relative):
                 {
                     "name": "board",
                     "kind": "registry",
-                    "match": {"log_prefix": ["board"]},
+                    "match": {"repository": ["board"]},
                     "spike": {"enabled": False},
                     "budget": budget,
                 }

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_netfilter import fence_lines
 
-from alarm.fastscan import (
+from alarm.collectors.kernel.fastscan import (
     FlowScan,
     ScanResult,
     address_words,
@@ -21,8 +21,8 @@ from alarm.fastscan import (
     scan_flows,
     scan_text,
 )
-from alarm.kernel_formats import parse_dmesg_line, parse_kmsg_record, parse_syslog_line
-from alarm.netfilter import FenceParseError, parse_fence
+from alarm.collectors.kernel.formats import parse_dmesg_line, parse_kmsg_record, parse_syslog_line
+from alarm.collectors.kernel.netfilter import FenceParseError, parse_fence
 
 DATA = Path(__file__).parents[2] / "shared/data/kernel-fence"
 PFX = ("EGRESS_FENCE",)

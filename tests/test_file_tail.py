@@ -21,9 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from alarm.collectors.base import Batch
-from alarm.collectors.file_tail import FileTailCollector
-from alarm.records import KernelRecord
+from alarm.collectors.kernel.records import KernelRecord
+from alarm.collectors.kernel.tail import FileTailCollector, TailBatch
 
 
 def parser(line: str) -> KernelRecord | None:
@@ -39,10 +38,10 @@ class Sink:
     """Stands in for the pipeline: every batch emitted is counted."""
 
     def __init__(self, delay: float = 0.0) -> None:
-        self.batches: list[Batch] = []
+        self.batches: list[TailBatch] = []
         self.delay = delay
 
-    async def __call__(self, batch: Batch) -> None:
+    async def __call__(self, batch: TailBatch) -> None:
         self.batches.append(batch)
         if self.delay:
             await asyncio.sleep(self.delay)
@@ -87,15 +86,15 @@ async def test_lines_partial_line_and_stats(tmp_path: Path) -> None:
     sink = Sink()
     await drain(c, sink)
     assert sink.lines == ["one"]  # "tw" waits for its newline
-    assert c.stats.records_read == 3 and c.stats.parse_errors == 1
+    assert c.totals["records_read"] == 3 and c.totals["parse_errors"] == 1
     entry = sink.position["files"][str(log)]  # type: ignore[index]
     assert entry["offset"] == len("one\n#not kernel\nBAD line\n")
     write(log, "o\nthree\n")
     await drain(c, sink)
     assert sink.lines == ["one", "two", "three"]
-    assert c.stats.records_read == 5
-    assert c.stats.last_record_ts == 1005.0
-    assert c.stats.provenance_verified is False
+    assert c.totals["records_read"] == 5
+    assert c.health.last_record_ts == 1005.0
+    assert c.health.provenance_verified is False
     await c.close()
 
 
@@ -148,8 +147,8 @@ async def test_rotation_by_rename_reads_late_writes_to_old_file(
         # kern.log.1 still matches: followed on, its partial line still waits.
         assert sorted(sink.lines) == sorted(old + late + new)
         assert len(sink.position["files"]) == 2  # type: ignore[index]
-    assert c.stats.rotations == 1
-    assert c.stats.truncations == 0
+    assert c.totals["rotations"] == 1
+    assert c.totals["truncations"] == 0
     await c.close()
 
 
@@ -166,7 +165,7 @@ async def test_rotation_old_file_finished_before_new_one(tmp_path: Path) -> None
     await drain(c, sink)
     assert sink.lines == lines("a-", 21) + lines("b-", 5)
     assert all(len(b.records) <= 3 for b in sink.batches)
-    assert c.stats.rotations == 1
+    assert c.totals["rotations"] == 1
     await c.close()
     # Restarting from any batch's position, even one taken while both files were open (the
     # old one under a "path#dev:ino" key), reads every remaining line exactly once.
@@ -194,17 +193,17 @@ async def test_copytruncate(tmp_path: Path) -> None:
     write(log, text(lines("b-", 2)))
     await drain(c, sink)
     assert sink.lines == lines("a-", 5) + lines("b-", 2)
-    assert c.stats.truncations == 1
-    assert c.stats.records_lost == 1
-    assert c.stats.extra["truncation_possible_loss"] == 1
+    assert c.totals["truncations"] == 1
+    assert c.totals["records_lost"] == 1
+    assert c.totals["truncation_possible_loss"] == 1
 
     # Truncated and written past our offset before we looked: the first bytes changed.
     os.truncate(log, 0)
     write(log, text(lines("c-", 50)))
     await drain(c, sink)
     assert sink.lines[-50:] == lines("c-", 50)
-    assert c.stats.truncations == 2
-    assert c.stats.records_lost == 1  # nothing known unread this time
+    assert c.totals["truncations"] == 2
+    assert c.totals["records_lost"] == 1  # nothing known unread this time
     await c.close()
 
 
@@ -245,7 +244,7 @@ async def test_restart_through_run_cancelled_anywhere(tmp_path: Path) -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert c.stats.up is False
+        assert c.health.up is False
         position = sink.position
     c = collector([log], position=position)
     await drain(c, sink)
@@ -268,7 +267,7 @@ async def test_restart_after_rotation_while_stopped(tmp_path: Path) -> None:
     c2 = collector([log], position=sink.position)
     await drain(c2, sink)
     assert sink.lines == lines("a-", 8) + lines("b-", 4)
-    assert c2.stats.rotations == 1
+    assert c2.totals["rotations"] == 1
     await c2.close()
 
 
@@ -285,7 +284,7 @@ async def test_restart_after_rotated_file_deleted(tmp_path: Path) -> None:
     c2 = collector([log], position=sink.position)
     await drain(c2, sink)
     assert sink.lines == lines("a-", 6) + lines("b-", 4)
-    assert c2.stats.extra["resume_file_missing"] == 1
+    assert c2.totals["resume_file_missing"] == 1
     await c2.close()
 
 
@@ -301,14 +300,14 @@ async def test_restart_after_truncation_while_stopped(tmp_path: Path) -> None:
     c2 = collector([log], position=sink.position)
     await drain(c2, sink)
     assert sink.lines[60:] == lines("b-", 3)
-    assert c2.stats.truncations == 1
+    assert c2.totals["truncations"] == 1
     await c2.close()
     os.truncate(log, 0)
     write(log, text(lines("c-", 100)))  # bigger than the saved offset, other first bytes
     c3 = collector([log], position=sink.position)
     await drain(c3, sink)
     assert sink.lines[63:] == lines("c-", 100)
-    assert c3.stats.truncations == 1
+    assert c3.totals["truncations"] == 1
     await c3.close()
 
 
@@ -330,8 +329,8 @@ async def test_ten_megabyte_line_bounded_memory(tmp_path: Path) -> None:
     finally:
         tracemalloc.stop()
     assert sink.lines == before + after
-    assert c.stats.parse_errors == 1
-    assert c.stats.extra["oversized_lines"] == 1
+    assert c.totals["parse_errors"] == 1
+    assert c.totals["oversized_lines"] == 1
     assert peak < 2 * max_line, peak
     await c.close()
 
@@ -348,7 +347,7 @@ async def test_oversized_line_arriving_across_polls_and_small_limit(tmp_path: Pa
     write(log, "zzz\nok-2\n" + "q" * 1500 + "\nok-3\n")  # a complete long line in one chunk
     await drain(c, sink)
     assert sink.lines == ["ok-1", "ok-2", "ok-3"]
-    assert c.stats.extra["oversized_lines"] == 2
+    assert c.totals["oversized_lines"] == 2
     # While the long line was being skipped, the position stayed at its start.
     offsets = [b.position["files"][str(log)]["offset"] for b in sink.batches]  # type: ignore[index]
     assert offsets[0] == 5 and offsets == sorted(offsets)
@@ -378,13 +377,13 @@ async def test_binary_garbage_never_crashes(tmp_path: Path) -> None:
     sink = Sink()
     await drain(c, sink)
     assert sink.lines == expected
-    assert c.stats.parse_errors >= 300
-    assert c.stats.records_read >= 600
+    assert c.totals["parse_errors"] >= 300
+    assert c.totals["records_read"] >= 600
     await c.close()
 
 
 async def test_real_syslog_parser(tmp_path: Path) -> None:
-    kf = pytest.importorskip("alarm.kernel_formats")
+    kf = pytest.importorskip("alarm.collectors.kernel.formats")
     data = Path(__file__).resolve().parents[2] / "shared/data/kernel-fence/dmesg-lines.txt"
     msgs = [m.split("] ", 1)[1].rstrip() for m in data.read_text().splitlines() if "] " in m]
     log = tmp_path / "kern.log"
@@ -396,8 +395,8 @@ async def test_real_syslog_parser(tmp_path: Path) -> None:
     sink = Sink()
     await drain(c, sink)
     assert [r.message for r in sink.batches[0].records] == msgs
-    assert c.stats.records_read == len(msgs) + 2
-    assert c.stats.parse_errors == 1
+    assert c.totals["records_read"] == len(msgs) + 2
+    assert c.totals["parse_errors"] == 1
     await c.close()
 
 
@@ -415,7 +414,7 @@ async def test_glob_picks_up_new_file_with_run(tmp_path: Path) -> None:
         raise AssertionError(sink.lines)
 
     await until(3)
-    assert c.stats.up is True
+    assert c.health.up is True
     write(tmp_path / "b.log", text(lines("b-", 2)))
     write(tmp_path / "c.log.gz", b"\x1f\x8b binary\n")  # compressed rotations are not followed
     await until(5)
@@ -541,4 +540,4 @@ async def _interleave(
     if not truncated:
         assert got == whole  # never a half line
         assert sorted(whole) == sorted(written)
-        assert c.stats.records_lost == 0
+        assert c.totals["records_lost"] == 0

@@ -29,10 +29,11 @@ from pathlib import Path
 
 import pytest
 
-from alarm.collectors.base import Batch
-from alarm.collectors.journald import MISSED_ID, JournaldCollector
-from alarm.collectors.kmsg import SourceUnavailable
-from alarm.records import KernelRecord
+from alarm.collectors.base import SourceUnavailable
+from alarm.collectors.kernel.fence import FenceRead
+from alarm.collectors.kernel.journald import MISSED_ID, JournaldCollector
+from alarm.collectors.kernel.records import KernelRecord
+from alarm.events import Batch
 from tests.kernelnet import fence_netns, forged_fence, inject_kmsg, require_kernel
 
 LEN_RE = re.compile(r" LEN=(\d+) ")
@@ -92,16 +93,41 @@ def private_journald(tmp_path: Path) -> Iterator[PrivateJournald]:
             proc.wait()
 
 
+class RecordTap:
+    """A reader that keeps the records the collector read."""
+
+    def __init__(self) -> None:
+        self.records: list[KernelRecord] = []
+
+    def read(self, records: list[KernelRecord]) -> FenceRead:
+        self.records.extend(records)
+        return FenceRead(None)
+
+
+def tapped(**kw) -> JournaldCollector:
+    return JournaldCollector(reader=RecordTap(), **kw)  # type: ignore[arg-type]
+
+
 class Running:
+    """A collector in the background, keeping every record it read and every count."""
+
     def __init__(self, collector: JournaldCollector) -> None:
         self.collector = collector
         self.batches: list[Batch] = []
         self.records: list[KernelRecord] = []
+        self.counts: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
 
     async def emit(self, batch: Batch) -> None:
         self.batches.append(batch)
-        self.records.extend(batch.records)
+        tap = self.collector.reader
+        self.records.extend(tap.records)  # type: ignore[attr-defined]
+        tap.records.clear()  # type: ignore[attr-defined]
+        for k, n in batch.counts.items():
+            self.counts[k] = self.counts.get(k, 0) + n
+
+    def count(self, name: str) -> int:
+        return self.counts.get(name, 0)
 
     async def __aenter__(self) -> Running:
         self._task = asyncio.create_task(self.collector.run(self.emit))
@@ -159,7 +185,7 @@ def lens(records: list[KernelRecord]) -> list[int]:
 @pytest.mark.kernel
 async def test_kernel_records_trust_and_cursor(private_journald: PrivateJournald) -> None:
     with fence_netns(proto="udp") as ns:
-        async with Running(JournaldCollector(directory=private_journald.directory)) as run:
+        async with Running(tapped(directory=private_journald.directory)) as run:
             await run.following(ns.prefix)
             ns.udp(20, payload=100)
             inject_kmsg(forged_fence(ns.prefix, 999), level=0)
@@ -171,16 +197,16 @@ async def test_kernel_records_trust_and_cursor(private_journald: PrivateJournald
         assert all(r.facility == 0 for r in real)
         # journald files the user-space write under _TRANSPORT=kernel; facility 1 exposes it.
         assert lens(forged) == [999] and forged[0].facility == 1
-        assert run.collector.stats.provenance_verified
-        assert run.collector.stats.records_read == len(run.records)
-        cursor = run.batches[-1].position
+        assert run.collector.health.provenance_verified
+        assert run.count("records_read") == len(run.records)
+        cursor = next(b.position for b in reversed(run.batches) if b.position)
         assert cursor is not None and cursor["cursor"].startswith("s=")
         assert abs(run.records[-1].ts - time.time()) < 60
 
         # Restart from the cursor: what was logged meanwhile, exactly once.
         ns.udp(7, payload=10)
         inject_kmsg(f"{ns.prefix} MARK second")
-        second = Running(JournaldCollector(position=cursor, directory=private_journald.directory))
+        second = Running(tapped(position=cursor, directory=private_journald.directory))
         async with second:
             await second.until(lambda: second.has(f"{ns.prefix} MARK second"))
         assert lens(second.fence(ns.prefix)) == [38] * 7
@@ -193,7 +219,7 @@ async def test_journald_missed_messages_become_lost(private_journald: PrivateJou
     """Stop journald, overrun the ring buffer, resume: journald logs "Missed N kernel
     messages" and the collector turns that into records_lost."""
     with fence_netns(proto="udp") as ns:
-        async with Running(JournaldCollector(directory=private_journald.directory)) as run:
+        async with Running(tapped(directory=private_journald.directory)) as run:
             await run.following(ns.prefix)
             os.kill(private_journald.pid, signal.SIGSTOP)
             try:
@@ -203,7 +229,7 @@ async def test_journald_missed_messages_become_lost(private_journald: PrivateJou
             await run.mark(ns.prefix, "end")
             await asyncio.sleep(0.5)
         got = len(run.fence(ns.prefix))
-        lost = run.collector.stats.records_lost
+        lost = run.count("records_lost")
         assert got < sent.packets and lost > 0
         assert got + lost >= sent.packets  # journald's count covers every record it skipped
 
@@ -275,14 +301,14 @@ async def test_exit_retry_and_resume_from_cursor(
     second = [entry(4, FENCE.format(60))]
     log = fake_journalctl(tmp_path, [first, second], [1, -1])
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
-    collector = JournaldCollector(retry_max=0.2)
+    collector = tapped(retry_max=0.2)
     async with Running(collector) as run:
         await run.until(lambda: len(run.records) == 3)
     assert [r.trusted for r in run.records] == [True, False, True]
     assert lens(run.records) == [128, 999, 60]
-    stats = collector.stats
-    assert stats.records_lost == 7 and stats.records_read == 3 and collector.restarts == 1
-    assert "rotated away" in stats.last_error
+    assert run.count("records_lost") == 7 and run.count("records_read") == 3
+    assert collector.restarts == 1
+    assert "rotated away" in collector.health.last_error
     argv = calls(log)
     assert "-n" in argv[0] and not any(a.startswith("--after-cursor") for a in argv[0])
     cursor3 = json.loads(entry(3, ""))["__CURSOR"]
@@ -305,12 +331,13 @@ async def test_bad_cursor_restarts_from_the_end(
         [1, -1],
     )
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
-    collector = JournaldCollector(position={"cursor": "s=gone"}, retry_max=0.2)
+    collector = tapped(position={"cursor": "s=gone"}, retry_max=0.2)
     async with Running(collector) as run:
         await run.until(lambda: len(run.records) == 1)
     argv = calls(log)
     assert "--after-cursor=s=gone" in argv[0] and "-n" in argv[1]
-    assert collector.stats.extra["cursor_resets"] == 1
+    # A gap of unknown size: counted, and raised as records_lost by the pipeline.
+    assert run.count("cursor_resets") == 1 and run.count("records_lost_unknown") == 1
 
 
 async def test_missing_journalctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -322,4 +349,4 @@ async def test_missing_journalctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
     with pytest.raises(SourceUnavailable, match="journalctl"):
         await collector.run(emit)
-    assert not collector.stats.up
+    assert not collector.health.up

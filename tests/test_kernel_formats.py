@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from alarm.kernel_formats import (
+from alarm.collectors.kernel.formats import (
     civil_to_epoch,
     detect_format,
     parse_dmesg_line,

@@ -26,10 +26,12 @@ from types import TracebackType
 
 import pytest
 
-from alarm.collectors.base import Batch
-from alarm.collectors.kmsg import KmsgCollector, SourceUnavailable, boot_id, parse_chunk
-from alarm.collectors.kmsg_drain import Drain
-from alarm.records import KernelRecord
+from alarm.collectors.base import SourceUnavailable
+from alarm.collectors.kernel.fence import FenceRead
+from alarm.collectors.kernel.kmsg import KmsgCollector, boot_id, parse_chunk
+from alarm.collectors.kernel.kmsg_drain import Drain
+from alarm.collectors.kernel.records import KernelRecord
+from alarm.events import Batch
 from tests.kernelnet import fence_netns, forged_fence, inject_kmsg, require_kernel
 from tests.servicekit import get, metric, running_service, wait_for
 
@@ -37,22 +39,45 @@ LEN_RE = re.compile(r" LEN=(\d+) ")
 kernel = pytest.mark.kernel
 
 
-class Running:
-    """A collector running in the background, keeping everything it emits."""
+class RecordTap:
+    """A reader that keeps the records the collector read (in the order of its chunks)."""
 
-    def __init__(self, collector: KmsgCollector) -> None:
-        self.collector = collector
+    def __init__(self) -> None:
+        self.chunks: list[list[KernelRecord]] = []
+
+    def read(self, records: list[KernelRecord]) -> FenceRead:
+        self.chunks.append(list(records))
+        return FenceRead(None)
+
+
+def collector(**kw) -> tuple[KmsgCollector, RecordTap]:
+    tap = RecordTap()
+    return KmsgCollector(reader=tap, **kw), tap  # type: ignore[arg-type]
+
+
+class Running:
+    """A collector running in the background, keeping every record it read and every count it
+    handed over."""
+
+    def __init__(self, made: tuple[KmsgCollector, RecordTap]) -> None:
+        self.collector, self.tap = made
         self.batches: list[Batch] = []
         self.records: list[KernelRecord] = []
-        self.lost_before: list[int] = []  # stats.records_lost when each batch arrived
+        self.counts: dict[str, int] = {}
         self._new = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     async def emit(self, batch: Batch) -> None:
-        self.lost_before.append(self.collector.stats.records_lost)
         self.batches.append(batch)
-        self.records.extend(batch.records)
+        for chunk in self.tap.chunks:
+            self.records.extend(chunk)
+        self.tap.chunks.clear()
+        for k, n in batch.counts.items():
+            self.counts[k] = self.counts.get(k, 0) + n
         self._new.set()
+
+    def count(self, name: str) -> int:
+        return self.counts.get(name, 0)
 
     async def __aenter__(self) -> Running:
         self._task = asyncio.create_task(self.collector.run(self.emit))
@@ -115,7 +140,7 @@ def len_sum(records: list[KernelRecord]) -> int:
 async def test_exact_records_and_bytes() -> None:
     require_kernel()
     with fence_netns(proto=("udp", "icmp", "tcp")) as ns:
-        async with Running(KmsgCollector()) as run:
+        async with Running(collector()) as run:
             await run.mark(ns.prefix, "start")
             udp = ns.udp(40, payload=100)
             icmp = ns.icmp_echo(7, payload=56)
@@ -130,10 +155,10 @@ async def test_exact_records_and_bytes() -> None:
         assert (len(udp_recs), len_sum(udp_recs)) == (40, 40 * 128)
         assert len_sum([r for r in fence if "PROTO=ICMP" in r.message]) == icmp.bytes
         assert all(r.trusted and r.facility == 0 for r in fence)
-        assert run.collector.stats.extra.get("lost_unexplained", 0) == 0
-        stats = run.collector.stats
-        assert stats.provenance_verified and stats.records_read >= len(fence)
-        assert abs(stats.last_record_ts - time.time()) < 60
+        assert run.count("lost_unexplained") == 0
+        health = run.collector.health
+        assert health.provenance_verified and run.count("records_read") >= len(fence)
+        assert abs(health.last_record_ts - time.time()) < 60
         pos = run.batches[-1].position
         assert pos == {"boot_id": boot_id(), "seq": run.records[-1].seq}
 
@@ -143,7 +168,7 @@ async def test_forged_records_arrive_untrusted() -> None:
     """User space cannot write facility 0: the kernel turns <0>/<4> into facility 1."""
     require_kernel()
     with fence_netns(proto="udp") as ns:
-        async with Running(KmsgCollector()) as run:
+        async with Running(collector()) as run:
             await run.mark(ns.prefix, "start")
             inject_kmsg(forged_fence(ns.prefix, 999), level=4)
             inject_kmsg(forged_fence(ns.prefix, 998), level=0)
@@ -162,7 +187,7 @@ async def test_forged_records_arrive_untrusted() -> None:
 async def test_restart_resumes_without_double_counting() -> None:
     require_kernel()
     with fence_netns(proto="udp") as ns:
-        async with Running(KmsgCollector()) as first:
+        async with Running(collector()) as first:
             await first.mark(ns.prefix, "a")
             ns.udp(10, payload=50)
             await first.mark(ns.prefix, "a-end")
@@ -171,7 +196,7 @@ async def test_restart_resumes_without_double_counting() -> None:
         # While nobody reads: more traffic, which must be counted exactly once after restart.
         ns.udp(15, payload=60)
         inject_kmsg(f"{ns.prefix} MARK b-end")
-        async with Running(KmsgCollector(position=position)) as second:
+        async with Running(collector(position=position)) as second:
             await second.until(lambda: second.marker(ns.prefix, "b-end") is not None)
         seqs_a = {r.seq for r in first.records}
         seqs_b = [r.seq for r in second.records]
@@ -179,19 +204,19 @@ async def test_restart_resumes_without_double_counting() -> None:
         assert seqs_b == list(range(position["seq"] + 1, position["seq"] + 1 + len(seqs_b)))
         assert len(first.fence(ns.prefix)) == 10
         assert [len_sum([r]) for r in second.fence(ns.prefix)] == [88] * 15
-        assert second.collector.stats.records_lost == 0
+        assert second.count("records_lost") == 0
 
 
 @kernel
 async def test_resume_counts_what_the_kernel_already_dropped() -> None:
     require_kernel()
     old = {"boot_id": boot_id(), "seq": 5}  # long overwritten on any running system
-    async with Running(KmsgCollector(position=old)) as run:
+    async with Running(collector(position=old)) as run:
         await run.until(lambda: bool(run.records))
     first = run.records[0].seq
     assert first is not None and first > 6
-    assert run.collector.stats.extra["lost_resume"] == first - 6
-    assert run.collector.stats.records_lost == first - 6
+    assert run.count("lost_resume") == first - 6
+    assert run.count("records_lost") == first - 6
 
 
 @kernel
@@ -199,11 +224,11 @@ async def test_other_boot_starts_at_end() -> None:
     require_kernel()
     inject_kmsg("capalarm-test before-start")
     other = {"boot_id": "00000000-0000-0000-0000-000000000000", "seq": 5}
-    async with Running(KmsgCollector(position=other)) as run:
+    async with Running(collector(position=other)) as run:
         prefix = f"EGRESS_FENCE t{os.getpid()}"
         await run.mark(prefix, "x")
     assert not any(r.message == "capalarm-test before-start" for r in run.records)
-    assert run.collector.stats.records_lost == 0
+    assert run.count("records_lost") == 0
 
 
 @kernel
@@ -213,10 +238,10 @@ async def test_overrun_while_drain_is_stopped_is_reported() -> None:
     between the two markers was either delivered or counted lost, exactly."""
     require_kernel()
     with fence_netns(proto="udp") as ns:
-        async with Running(KmsgCollector()) as run:
+        async with Running(collector()) as run:
             start = await run.mark(ns.prefix, "start")
             await asyncio.sleep(0.2)  # let the marker's batch be counted
-            lost0 = run.collector.stats.records_lost
+            lost0 = run.count("records_lost")
             pid = run.collector.drain_pid
             assert pid is not None
             os.kill(pid, signal.SIGSTOP)
@@ -227,12 +252,12 @@ async def test_overrun_while_drain_is_stopped_is_reported() -> None:
             end = await run.mark(ns.prefix, "end")
         assert start.seq is not None and end.seq is not None
         got = [r for r in run.records if start.seq < (r.seq or 0) < end.seq]
-        lost = run.collector.stats.records_lost - lost0
+        lost = run.count("records_lost") - lost0
         assert lost > 0
         assert len(got) + lost == end.seq - start.seq - 1
         assert len(run.fence(ns.prefix)) < sent.packets
-        assert run.collector.stats.extra.get("lost_overrun", 0) > 0
-        assert run.collector.stats.extra.get("lost_unexplained", 0) == 0
+        assert run.count("lost_overrun") > 0
+        assert run.count("lost_unexplained") == 0
 
 
 @kernel
@@ -240,7 +265,7 @@ def test_drain_dies_with_its_parent() -> None:
     require_kernel()
     code = (
         "import asyncio, os\n"
-        "from alarm.collectors.kmsg import KmsgCollector\n"
+        "from alarm.collectors.kernel.kmsg import KmsgCollector\n"
         "async def main():\n"
         "    c = KmsgCollector()\n"
         "    t = asyncio.create_task(c.run(lambda b: asyncio.sleep(0)))\n"
@@ -308,7 +333,7 @@ async def test_missing_device_is_a_clear_error() -> None:
 
     with pytest.raises(SourceUnavailable, match="/nonexistent/kmsg"):
         await collector.run(emit)
-    assert not collector.stats.up
+    assert not collector.health.up
 
 
 def test_drain_drops_beyond_its_buffer_and_reports_exactly() -> None:

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from alarm.kernel_formats import parse_dmesg_line, parse_kmsg_record
-from alarm.netfilter import FenceParseError, FenceRecord, parse_fence
+from alarm.collectors.kernel.formats import parse_dmesg_line, parse_kmsg_record
+from alarm.collectors.kernel.netfilter import FenceParseError, FenceRecord, parse_fence
 
 DATA = Path(__file__).parents[2] / "shared/data/kernel-fence"
 PFX = ("EGRESS_FENCE",)

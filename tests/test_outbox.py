@@ -1,25 +1,21 @@
-"""The durable outbox and the router: stored before sent, per-alert order, retries, dead letters
-(in metrics, the API and the log), filters, one notification per state change, repeats,
-silences, flap damping, and a reload that validates before it replaces."""
+"""The durable outbox and the router: stored before sent, per-alert order, retries, filters,
+one notification per state change, repeats, silences, flap damping.  What needs the whole
+service (dead letters in /metrics, SIGHUP) is in test_outbox_service.py."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
 import random
 import time
 from pathlib import Path
 
-from alarm.config import load_config
-from alarm.service import Service
+from alarm.notify_config import OutboxConfig
 from exporters.delivery import backoff, retry_after
 from exporters.notify import Notifications
-from exporters.notify_config import OutboxConfig
-from tests.fakes.kit import change, notify_config, record, running_notifications
+from exporters.outbox import Settle
+from tests.fakes.kit import change, notify_config, record, running_notifications, wait_for
 from tests.fakes.receiver import Receiver
 from tests.fakes.server import serve
-from tests.servicekit import get, metric, running_service, wait_for
 
 FAST = {"base_backoff": "20ms", "max_backoff": "100ms"}
 
@@ -33,8 +29,7 @@ def queued(n: Notifications, channel: str) -> list[dict]:
 
 
 def ack_all(n: Notifications, channel: str) -> None:
-    for row in queued(n, channel):
-        n.outbox.ack(row["id"])
+    n.outbox.settle(Settle("ack", row["id"]) for row in queued(n, channel))
 
 
 async def test_stored_before_sent_and_deleted_once_accepted(tmp_path):
@@ -90,45 +85,6 @@ def test_backoff_is_exponential_capped_and_jittered_and_retry_after_is_read():
         <= 31
     )  # type: ignore[operator]
     assert retry_after("soon", now) is None and retry_after(None, now) is None
-
-
-async def test_undeliverable_goes_to_dead_letters_seen_in_metrics_api_and_log(tmp_path, caplog):
-    caplog.set_level(logging.ERROR, logger="capalarm.notify")
-    always_500, rejecting = Receiver(), Receiver()
-    always_500.fail_next(["500"] * 1000)
-    rejecting.fail_next(["4xx"] * 1000)
-    async with serve(always_500.app()) as down, serve(rejecting.app()) as bad:
-        cfg = {
-            "tick": "0.5s",
-            "state_dir": str(tmp_path / "state"),
-            "sources": [{"name": "none"}],
-            "notifications": {
-                "destinations": [
-                    webhook("flaky", f"{down.base}/hook"),
-                    webhook("picky", f"{bad.base}/hook"),
-                ],
-                "outbox": {"base_backoff": "50ms", "max_backoff": "100ms", "max_age": "1s"},
-            },
-        }
-        async with running_service(cfg, collectors=[]) as service:
-            await asyncio.to_thread(service.notify.record, [change()])
-            service.notify.wake()
-            await wait_for(lambda: service.notify.outbox.dead_letters(None, 10).__len__() == 2, 15)
-            _, _, text = await get(service, "/metrics")
-            _, _, api = await get(service, "/api/v1/notifications")
-    assert metric(text, "capalarm_notifier_dead_letters", notifier="flaky") == 1
-    assert metric(text, "capalarm_notifier_dead_letters", notifier="picky") == 1
-    assert metric(text, "capalarm_notifier_failed_total", notifier="picky") == 1
-    assert metric(text, "capalarm_notifier_queue_depth", notifier="flaky") == 0
-    body = json.loads(api)
-    reasons = {d["channel"]: d["reason"] for d in body["dead_letters"]}
-    assert reasons["picky"].startswith("rejected: HTTP 422")
-    assert reasons["flaky"].startswith("undelivered after") and "HTTP 500" in reasons["flaky"]
-    assert rejecting.attempts == 1  # a 4xx is not retried
-    assert always_500.attempts >= 3
-    assert {c["channel"]: c["dead_letters"] for c in body["channels"]} == {"flaky": 1, "picky": 1}
-    logged = [r.getMessage() for r in caplog.records if "dead letter" in r.getMessage()]
-    assert len(logged) == 2 and all("spike" in m for m in logged)
 
 
 # -- routing: decided and stored, checked in the outbox without sending -----------------
@@ -261,38 +217,59 @@ def test_flap_damping_holds_changes_until_the_alert_settles(tmp_path):
     n.close()
 
 
-async def test_reload_validates_before_replacing_routes_and_silences(tmp_path, caplog):
-    path = tmp_path / "capalarm.yaml"
+def test_an_alert_that_fires_again_within_the_reopen_window_is_one_incident(tmp_path):
+    """Pages = incidents: a resolve waits out the window; a firing inside it pages no one
+    again, and the resolve that finally goes out spans the whole incident."""
+    n = router(
+        tmp_path,
+        {
+            "destinations": [webhook("w", "http://127.0.0.1:9/a")],
+            "flap": {"enabled": False, "reopen_window": "5m"},
+        },
+    )
+    t0 = time.time()
+    # As the detector reports them: a resolve carries the start of the firing it ends.
+    for at, state, started in ((0, "firing", 0), (30, "resolved", 0), (90, "firing", 90),
+                               (120, "resolved", 90)):  # fmt: skip
+        n.record([change(state=state, at=t0 + at, started_at=t0 + started)], t0 + at)
+    assert [r["event"] for r in queued(n, "w")] == ["firing"]
+    assert n.reconcile(t0 + 120 + 299) == 0  # the incident may still reopen
+    assert n.reconcile(t0 + 120 + 301) == 1
+    assert events(n, "w") == [("firing", "spike"), ("resolved", "spike")]
+    resolve = json.loads(
+        n.outbox.db.execute("SELECT body FROM notify_outbox WHERE event = 'resolved'").fetchone()[0]
+    )["change"]
+    assert (resolve["started_at"], resolve["at"]) == (t0, t0 + 120)  # the whole incident
+    # Firing again after the window: a new incident, a new page.
+    n.record([change(state="firing", at=t0 + 900, started_at=t0 + 900)], t0 + 900)
+    assert [e for e, _ in events(n, "w")] == ["firing", "resolved", "firing"]
+    n.close()
 
-    def write(silence_ends: str) -> None:
-        path.write_text(
-            f"""
-tick: 1s
-state_dir: {tmp_path / "state"}
-http: {{listen: "127.0.0.1:0"}}
-notifications:
-  destinations:
-    - {{type: webhook, name: w, url: "http://127.0.0.1:9/hook"}}
-  silences:
-    - {{match: {{targets: [proxy]}}, starts: 2020-01-01T00:00:00Z, ends: {silence_ends}, comment: c}}
-"""
-        )
 
-    write("2099-01-01T00:00:00Z")
-    service = Service(load_config(path), collectors=[])
-    task = asyncio.create_task(service.run())
-    try:
-        await asyncio.wait_for(service.started.wait(), 10)
-        write("not-a-time")
-        assert service.reload() is False
-        assert "notifications.silences[0].ends" in caplog.text
-        _, _, body = await get(service, "/api/v1/notifications")
-        assert [s["comment"] for s in json.loads(body)["silences"]] == ["c"]
-        write("2098-01-01T00:00:00Z")
-        path.write_text(path.read_text().replace("comment: c", "comment: renewed"))
-        assert service.reload() is True
-        _, _, body = await get(service, "/api/v1/notifications")
-        assert [s["comment"] for s in json.loads(body)["silences"]] == ["renewed"]
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+def test_without_a_reopen_window_a_resolve_goes_out_at_once(tmp_path):
+    n = router(tmp_path, {"destinations": [webhook("w", "http://127.0.0.1:9/a")]})
+    t0 = time.time()
+    n.record([change(at=t0)], t0)
+    n.record([change(state="resolved", at=t0 + 30)], t0 + 30)
+    n.record([change(at=t0 + 60, started_at=t0 + 60)], t0 + 60)
+    assert [e for e, _ in events(n, "w")] == ["firing", "resolved", "firing"]
+    n.close()
+
+
+def test_a_held_resolve_is_sent_after_a_restart(tmp_path):
+    """The held resolve is in the router's memory on disk, not in the process: a page that
+    was opened is closed even if capalarm restarts inside the window."""
+    cfg = {
+        "destinations": [webhook("w", "http://127.0.0.1:9/a")],
+        "flap": {"reopen_window": "5m"},
+    }
+    t0 = time.time()
+    n = router(tmp_path, cfg)
+    n.record([change(at=t0, started_at=t0)], t0)
+    n.record([change(state="resolved", at=t0 + 30, started_at=t0)], t0 + 30)
+    n.close()
+    again = router(tmp_path, cfg)
+    assert again.reconcile(t0 + 100) == 0
+    assert again.reconcile(t0 + 331) == 1
+    assert [e for e, _ in events(again, "w")] == ["firing", "resolved"]
+    again.close()

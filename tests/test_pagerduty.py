@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import time
 
-from tests.fakes.kit import change, record, running_notifications
+from tests.fakes.kit import change, record, running_notifications, wait_for
 from tests.fakes.pagerduty import FakePagerDuty
 from tests.fakes.server import serve
-from tests.servicekit import wait_for
 
 KEY = "R0123456789abcdef0123456789ABCDE"  # 32 characters, like an integration key
 OTHER_KEY = "Z" * 32

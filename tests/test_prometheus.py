@@ -15,11 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from alarm.collectors.base import Batch, SourceStats
-from alarm.collectors.synthetic import fence_line
-from alarm.config import SourceConfig
-from alarm.records import KernelRecord
-from tests.servicekit import get, running_service, wait_for
+from alarm.collectors.kernel.records import KernelRecord
+from alarm.collectors.kernel.synthetic import fence_line
+from tests.servicekit import RecordsCollector, get, running_service, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 NEED = "needs Debian's prometheus and promtool (scripts/test.sh installs them)"
@@ -28,23 +26,6 @@ pytestmark = pytest.mark.skipif(
     and os.environ.get("CI") != "true",
     reason=NEED,
 )
-
-
-class OnceCollector:
-    """Hands the service one batch of kernel-written records, then idles."""
-
-    kind = "egress"
-
-    def __init__(self, name: str, records: list[KernelRecord]):
-        self.name = name
-        self.records = records
-        self.stats = SourceStats(provenance_verified=True)
-
-    async def run(self, emit):
-        self.stats.up = True
-        self.stats.records_read += len(self.records)
-        await emit(Batch(self.records))
-        await asyncio.Event().wait()
 
 
 def free_port() -> int:
@@ -73,15 +54,14 @@ def records() -> tuple[list[KernelRecord], int]:
 
 async def test_prometheus_scrapes_exact_bytes_and_promtool_is_clean(tmp_path):
     recs, total = records()
-    collector = OnceCollector("kernel", recs)
+    collector = RecordsCollector("kernel", recs, ("EGRESS_FENCE tprom",), 0.5)
     cfg = {
         "tick": "0.5s",
         "state_dir": str(tmp_path / "state"),
         "sources": [{"name": "kernel", "prefixes": ["EGRESS_FENCE tprom"]}],
         "surfaces": [{"name": "proxy", "match": {"dst": ["10.20.0.0/16"], "dport": [443]}}],
     }
-    src = SourceConfig(name="kernel", prefixes=["EGRESS_FENCE tprom"])
-    async with running_service(cfg, collectors=[(src, collector)]) as service:
+    async with running_service(cfg, collectors={"kernel": collector}) as service:
         _, _, body = await get(service, "/metrics")
         check = subprocess.run(
             ["promtool", "check", "metrics"], input=body, capture_output=True, text=True

@@ -4,15 +4,19 @@ without double counting, the JSON status API, and bounded series under hostile c
 from __future__ import annotations
 
 import json
+import time
 
-from alarm.collectors.synthetic import fence_line
-from tests.servicekit import get, metric, running_service, wait_for
+from alarm.collectors.kernel.synthetic import fence_line
+from tests.servicekit import get, metric, running_service, source_count, surface_totals, wait_for
 
 PREFIX = "EGRESS_FENCE tfile"
 
 
 def syslog(line: str, second: int = 0) -> str:
-    return f"Nov 30 19:{second // 60 % 60:02d}:{second % 60:02d} host kernel: [ 100.{second:06d}] {line}\n"
+    """A kern.log line stamped in the last half minute (RFC 3164, local time as rsyslog
+    writes it), so the service evaluates a short backlog."""
+    stamp = time.strftime("%b %d %H:%M:%S", time.localtime(time.time() - 30 + second % 20))
+    return f"{stamp} host kernel: [ 100.{second:06d}] {line}\n"
 
 
 def config(tmp_path, log):
@@ -110,7 +114,7 @@ async def test_openmetrics_by_accept_header_and_probes(tmp_path):
         status, ctype, body = await get(service, "/metrics")
         assert ctype.startswith("text/plain") and "# EOF" not in body
         assert (await get(service, "/healthz"))[0] == 200
-        await wait_for(lambda: service.collectors[0][1].stats.up)
+        await wait_for(lambda: service.collectors[0][1].health.up)
         assert (await get(service, "/readyz"))[0] == 200
 
 
@@ -121,10 +125,8 @@ async def test_hostile_destinations_never_become_series(tmp_path):
             dst = f"10.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}"
             fh.write(syslog(fence_line(PREFIX, dst, 1024 + i % 60000, "UDP", 40, 40000), i % 3600))
     async with running_service(config(tmp_path, log)) as service:
-        await wait_for(lambda: service.collectors[0][1].stats.records_read >= 20000, timeout=30)
-        await wait_for(
-            lambda: service.pipeline.table.get("egress", "unclassified").events_total == 20000
-        )
+        await wait_for(lambda: source_count(service, "kern", "records_read") >= 20000, timeout=30)
+        await wait_for(lambda: surface_totals(service, "unclassified")[1] == 20000)
         _, _, text = await get(service, "/metrics")
         series = [
             line

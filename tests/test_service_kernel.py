@@ -28,7 +28,7 @@ async def test_metrics_show_exactly_the_bytes_the_kernel_logged_and_forgeries_ar
     with fence_netns(ports=(9911, 9912)) as ns:
         async with running_service(config(tmp_path, ns.prefix)) as service:
             kmsg = service.collectors[0][1]
-            await wait_for(lambda: kmsg.stats.up, timeout=10)
+            await wait_for(lambda: kmsg.health.up, timeout=10)
 
             board = ns.udp(25, payload=100, port=9911)
             ns.tcp(50_000, port=9911)

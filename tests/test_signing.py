@@ -16,10 +16,9 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from alarm.config import ConfigError
 from exporters.notify import Notifications
 from exporters.signing import sign_headers
-from tests.fakes.kit import change, notify_config, record, running_notifications
+from tests.fakes.kit import change, notify_config, record, running_notifications, wait_for
 from tests.fakes.receiver import Receiver
 from tests.fakes.server import serve
-from tests.servicekit import wait_for
 
 
 def new_secret() -> tuple[str, bytes]:

@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 import logging
 
-from tests.fakes.kit import change, record, running_notifications
+from tests.fakes.kit import change, record, running_notifications, wait_for
 from tests.fakes.server import serve
 from tests.fakes.slack import FakeSlack
-from tests.servicekit import wait_for
 
 
 def slack_config(base: str, fake: FakeSlack) -> dict:

@@ -12,6 +12,10 @@ from alarm.service import Service
 from alarm.state import StateStore
 
 
+def never(_row):
+    return []
+
+
 def test_groups_round_trip_raw_and_are_replaced_whole(tmp_path):
     store = StateStore(tmp_path)
     day = np.arange(12, dtype=np.float32).reshape(4, 3)
@@ -58,10 +62,10 @@ def test_the_service_saves_profiles_on_a_cadence_and_restores_every_array(tmp_pa
     t0 = 1_780_000_000.0
     n = det.members  # the three surfaces and egress/unclassified
     for i in range(40):
-        det.evaluate_arrays(t0 + 10 * i, 10.0, rng.integers(0, 5000, n) * 1.0, np.ones(n), list)
+        det.evaluate_arrays(t0 + 10 * i, 10.0, rng.integers(0, 5000, n) * 1.0, np.ones(n), never)
     service._save_state(final=False)
     slow_saved = service.store.db.execute("SELECT saved FROM kv WHERE key='arrays:slow'").fetchone()
-    det.evaluate_arrays(t0 + 400, 10.0, np.full(n, 9e7), np.ones(n), list)
+    det.evaluate_arrays(t0 + 400, 10.0, np.full(n, 9e7), np.ones(n), never)
     service._save_state(final=False)  # within a tick of the last: the fast group only
     assert (
         service.store.db.execute("SELECT saved FROM kv WHERE key='arrays:slow'").fetchone()
@@ -85,24 +89,22 @@ def test_the_service_saves_profiles_on_a_cadence_and_restores_every_array(tmp_pa
 def test_a_source_alert_firing_at_a_restart_still_resolves():
     import json
 
-    from alarm.collectors.base import SourceStats
-    from alarm.detector.engine import SOURCE_RESOLVE_HOLD
+    from alarm.detector.engine import SOURCE_RESOLVE_HOLD, SourceJudgement
+
+    def judge(lost: int) -> list[SourceJudgement]:
+        return [SourceJudgement("kernel", True, "", lost, 0, 0, 3, 0)]
 
     d = Detector(config_from_dict({}), [])
-    stats = SourceStats(up=True)
-    d.attach_source("kernel", stats)
-    stats.records_lost += 3
-    fired = d.evaluate_sources(10, 10, {"kernel": stats})
+    fired = d.evaluate_sources(10, 10, judge(3))
     assert [(c.rule, c.state) for c in fired] == [("records_lost", "firing")]
     saved = json.loads(json.dumps(d.to_state()))
 
     again = Detector(config_from_dict({}), [])
     again.load_state(saved)
-    again.attach_source("kernel", stats)  # the restored counts: nothing new was lost
     changes, t = [], 10
     while t < 10 + SOURCE_RESOLVE_HOLD + 30:
         t += 10
-        changes += again.evaluate_sources(t, 10, {"kernel": stats})
+        changes += again.evaluate_sources(t, 10, judge(0))  # nothing new was lost
     # The destinations were told it fired; they are told it resolved, with the same fingerprint.
     assert [(c.rule, c.state, c.fingerprint) for c in changes] == [
         ("records_lost", "resolved", fired[0].fingerprint)

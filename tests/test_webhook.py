@@ -4,10 +4,9 @@ table after ``max_retries``, counted — never dropped silently."""
 
 from __future__ import annotations
 
-from tests.fakes.kit import change, record, running_notifications
+from tests.fakes.kit import change, record, running_notifications, wait_for
 from tests.fakes.receiver import Receiver
 from tests.fakes.server import serve
-from tests.servicekit import wait_for
 
 FAST = {"outbox": {"base_backoff": "10ms", "max_backoff": "50ms"}}
 

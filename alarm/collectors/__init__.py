@@ -1,1 +1,15 @@
-"""Sources.  One file per source; each implements :class:`alarm.collectors.base.Collector`."""
+"""Sources, one folder per family (kernel, fs, registry), one module per source type.
+
+``SOURCE_TYPES`` is every type the service can build, looked up by the config's ``type``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from alarm.collectors import kernel
+from alarm.collectors.base import SourceType
+
+SOURCE_TYPES: Mapping[str, SourceType] = MappingProxyType(
+    {t.type: t for t in (*kernel.SOURCES,)}
+)

@@ -45,6 +45,9 @@ class AlertChange:
     figures: dict[str, Any] = field(default_factory=dict)
     contributors: list[tuple[str, int]] = field(default_factory=list)
     summary: str = ""
+    # Receipts of contributors (by name) that an operator can re-check without trusting
+    # capalarm: device:inode, size, mtime, digest; package, version, file, uploader.
+    receipts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -59,7 +62,11 @@ class AlertChange:
             "value": self.value,
             "threshold": self.threshold,
             "figures": self.figures,
-            "contributors": [{"contributor": c, "bytes": b} for c, b in self.contributors],
+            "contributors": [
+                {"contributor": c, "bytes": b}
+                | ({"receipt": self.receipts[c]} if c in self.receipts else {})
+                for c, b in self.contributors
+            ],
             "summary": self.summary,
         }
 

@@ -10,27 +10,28 @@ surfaces; Python runs per surface only for the few rows whose alert state change
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from alarm.collectors.base import SourceStats
 from alarm.config import Config
 from alarm.detector import persist
-from alarm.detector.alerts import AlertBank, AlertChange, AlertMachine, AlertState
+from alarm.detector.alerts import AlertBank, AlertChange, AlertMachine, AlertState, fingerprint
 from alarm.detector.beacon import BeaconBank
 from alarm.detector.budget import BudgetBank
 from alarm.detector.relative import RelativeBank
 from alarm.detector.rows import AGGREGATE, plan_rows
 from alarm.detector.seasonal import Prediction, SeasonalBaseline
 from alarm.detector.views import SurfaceFigures, SurfaceMap
-from alarm.surfaces import SurfaceKey, TickTotals
+from alarm.surfaces import SurfaceKey
 
 # Source rules fire on any occurrence in a tick: a lost fence record is a blind spot and a
 # forged one is someone trying to hide or fake traffic.  They resolve after a quiet minute.
 SOURCE_RESOLVE_HOLD = 60.0
 SOURCE_RULES = ("records_lost", "forged_records", "source_down")
+REMOVED = "removed from the configuration"
 # The learned profiles: saved on a slower cadence than the rest of the state (state_arrays).
 SLOW_ARRAYS = frozenset(
     {
@@ -45,7 +46,22 @@ SLOW_ARRAYS = frozenset(
 # An aggregate's alert names the members that wrote most in the tick, with their contributors.
 AGGREGATE_EVIDENCE_MEMBERS = 5
 
-Contributors = Callable[[SurfaceKey], list[tuple[str, int]]]
+# row -> its recent top contributors: (name, bytes, receipt or None)
+Evidence = Callable[[int], list[tuple[str, int, dict[str, Any] | None]]]
+
+
+@dataclass(slots=True, frozen=True)
+class SourceJudgement:
+    """What one source did in one tick, for the source rules."""
+
+    name: str
+    up: bool
+    last_error: str
+    lost: int  # records known lost this tick
+    lost_unknown: int  # gaps of unknown size this tick
+    forged: int
+    lost_total: int
+    forged_total: int
 
 
 class Detector:
@@ -121,38 +137,23 @@ class Detector:
 
         self.surfaces = SurfaceMap(self)
         self.source_alerts: dict[tuple[str, str], AlertMachine] = {}
-        self._source_seen: dict[str, tuple[int, int]] = {}
 
     # -- surfaces ----------------------------------------------------------------------
-    def evaluate(
-        self, now: float, tick: float, totals: list[TickTotals], contributors: Contributors
-    ) -> list[AlertChange]:
-        n = self.members
-        if [t.key for t in totals] == self._member_keys:
-            nbytes = np.fromiter((t.bytes for t in totals), dtype=np.float64, count=n)
-            events = np.fromiter((t.events for t in totals), dtype=np.float64, count=n)
-        else:
-            nbytes = np.zeros(n)
-            events = np.zeros(n)
-            for t in totals:
-                i = self.index.get(t.key)
-                if i is not None and i < n:
-                    nbytes[i] += t.bytes
-                    events[i] += t.events
-        return self.evaluate_arrays(now, tick, nbytes, events, contributors)
-
     def evaluate_arrays(
         self,
         now: float,
         tick: float,
         nbytes: np.ndarray,
         events: np.ndarray,
-        contributors: Contributors,
+        contributors: Evidence,
+        capacity: np.ndarray | None = None,
     ) -> list[AlertChange]:
         """One tick for every row: ``nbytes``/``events`` are the members' tick totals in row
-        order (the order of ``keys`` given to the constructor)."""
+        order (the order of ``keys`` given to the constructor), ``capacity`` the bytes they
+        could carry (None: ``nbytes``), which with the events' metadata bounds the bits."""
         n = self.members
-        member_bits = 8.0 * nbytes + self._meta[:n] * events
+        carried = nbytes if capacity is None else capacity
+        member_bits = 8.0 * carried + self._meta[:n] * events
         b, e, bits = nbytes, events, member_bits
         if self._agg_count:
             b = np.concatenate([nbytes, self._sum_by_aggregate(nbytes)])
@@ -201,7 +202,7 @@ class Detector:
         return changes
 
     def _drops(
-        self, now: float, tick: float, rate: np.ndarray, p: Prediction, contributors: Contributors
+        self, now: float, tick: float, rate: np.ndarray, p: Prediction, contributors: Evidence
     ) -> list[AlertChange]:
         """The drop rule: rate below baseline / drop_ratio with at least the floor missing."""
         thr = np.divide(p.baseline, self._drop, out=np.zeros(rate.size), where=self._drop > 0)
@@ -251,7 +252,7 @@ class Detector:
             budget_tolerance=h0,
             horizons=horizons,
             seasonal_ratio=float(self.relative.excess[row] / self.relative.threshold[row]),
-            seasonal_judged=bool(self.relative._judged[row]),
+            seasonal_judged=bool(self.relative.judged[row]),
         )
 
     def beacon_on(self, row: int) -> bool:
@@ -267,7 +268,7 @@ class Detector:
         prev: AlertState,
         new: AlertState,
         now: float,
-        contributors: Contributors,
+        contributors: Evidence,
     ) -> AlertChange:
         f = self.figures_of(row)
         binding = self.budget.binding(row)
@@ -341,11 +342,12 @@ class Detector:
         bank = self.alert_banks[rule]
         who = f"all {kind} surfaces" if aggregate else f"{kind} surface {name}"
         summary = f"{who} {what}" + ("" if state != "resolved" else " — resolved")
-        evidence: list[tuple[str, int]] = []
+        evidence: list[tuple[str, int, dict[str, Any] | None]] = []
         if state != "resolved":
-            evidence = self._aggregate_evidence(row, contributors) if aggregate else []
-            if not aggregate:
-                evidence = contributors(self.keys[row])
+            if aggregate:
+                evidence = self._aggregate_evidence(row, contributors)
+            else:
+                evidence = contributors(row)
         return AlertChange(
             fingerprint=bank.fingerprint(row),
             target_type="surface",
@@ -359,59 +361,58 @@ class Detector:
             value=value,
             threshold=threshold,
             figures=figures,
-            contributors=evidence,
+            contributors=[(c, b) for c, b, _ in evidence],
+            receipts={c: r for c, _, r in evidence if r},
             summary=summary,
         )
 
-    def _aggregate_evidence(self, row: int, contributors: Contributors) -> list[tuple[str, int]]:
+    def _aggregate_evidence(
+        self, row: int, contributors: Evidence
+    ) -> list[tuple[str, int, dict[str, Any] | None]]:
         """The members that wrote most this tick, each with its own top contributors."""
         members = np.flatnonzero(self._agg_index == row - self.members)
         written = self._bytes[members]
         top = members[np.argsort(-written, kind="stable")[:AGGREGATE_EVIDENCE_MEMBERS]]
-        out: list[tuple[str, int]] = []
-        for i in top:
+        out: list[tuple[str, int, dict[str, Any] | None]] = []
+        for i in top.tolist():
             if self._bytes[i] <= 0:
                 break
             name = self.keys[i][1]
-            listed = contributors(self.keys[i])[:3]
-            out += [(f"{name}: {c}", b) for c, b in listed] or [(name, int(self._bytes[i]))]
+            listed = [(f"{name}: {c}", b, r) for c, b, r in contributors(i)[:3]]
+            out += listed or [(name, int(self._bytes[i]), None)]
         return out
 
     # -- sources -----------------------------------------------------------------------
-    def attach_source(self, name: str, stats: SourceStats) -> None:
-        """Start judging a source from its current (possibly restored) counts, so what was
-        lost or forged before this process started is not alarmed again, and nothing that
-        happens after — even before the first tick — goes unalarmed."""
-        self._source_seen[name] = (stats.records_lost, stats.forged_records)
-
     def evaluate_sources(
-        self, now: float, tick: float, stats: Mapping[str, SourceStats]
+        self, now: float, tick: float, judged: Sequence[SourceJudgement]
     ) -> list[AlertChange]:
         changes = []
-        for name, s in stats.items():
-            lost0, forged0 = self._source_seen.get(name, (0, 0))
-            self._source_seen[name] = (s.records_lost, s.forged_records)
+        for j in judged:
             values = {
-                "records_lost": s.records_lost - lost0,
-                "forged_records": s.forged_records - forged0,
-                "source_down": 0 if s.up else 1,
+                "records_lost": j.lost + j.lost_unknown,
+                "forged_records": j.forged,
+                "source_down": 0 if j.up else 1,
             }
             for rule, value in values.items():
-                machine = self.source_alerts.get((name, rule))
+                machine = self.source_alerts.get((j.name, rule))
                 if machine is None:
-                    machine = _source_machine(name, rule)
-                    self.source_alerts[(name, rule)] = machine
+                    machine = _source_machine(j.name, rule)
+                    self.source_alerts[(j.name, rule)] = machine
                 change = machine.step(
                     now, tick, float(value), 0.0 if rule != "source_down" else 0.5
                 )
-                if not change:
-                    continue
-                prev, new = change
-                what = {
-                    "records_lost": f"lost {value} records this tick ({s.records_lost} in all): a blind spot",
-                    "forged_records": f"rejected {value} forged records ({s.forged_records} in all): someone wrote look-alike fence lines",
-                    "source_down": f"is not reading: {s.last_error or 'down'}",
-                }[rule]
+                if change:
+                    changes.append(_source_change(j, rule, change, machine, now))
+        return changes
+
+    def resolve_removed_sources(self, live: set[str], now: float) -> list[AlertChange]:
+        """Sources no longer declared: their firing alerts resolve, and they are forgotten."""
+        changes = []
+        for (name, rule), machine in list(self.source_alerts.items()):
+            if name in live:
+                continue
+            del self.source_alerts[(name, rule)]
+            if machine.state == AlertState.FIRING:
                 changes.append(
                     AlertChange(
                         fingerprint=machine.fingerprint,
@@ -419,17 +420,14 @@ class Detector:
                         target=name,
                         kind="source",
                         rule=rule,
-                        state=_state_name(new),
-                        previous=_state_name(prev),
+                        state="resolved",
+                        previous="firing",
                         at=now,
                         started_at=machine.started_at,
-                        value=float(value),
+                        value=0.0,
                         threshold=0.0,
-                        figures={
-                            "records_lost_total": s.records_lost,
-                            "forged_records_total": s.forged_records,
-                        },
-                        summary=f"source {name} {what}",
+                        figures={"removed": True},
+                        summary=f"source {name} was {REMOVED} — resolved",
                     )
                 )
         return changes
@@ -443,6 +441,13 @@ class Detector:
             if m.state == AlertState.FIRING:
                 out.append((m.target, m.rule, m.fingerprint))
         return out
+
+    def firing_rows(self) -> set[int]:
+        """Rows with any surface rule firing."""
+        rows: set[int] = set()
+        for bank in self.alert_banks.values():
+            rows.update(np.flatnonzero(bank.state == AlertState.FIRING).tolist())
+        return rows
 
     # -- state -------------------------------------------------------------------------
     def _state_arrays(self) -> dict[str, np.ndarray]:
@@ -507,13 +512,24 @@ class Detector:
         elif isinstance(state.get("surfaces"), dict):
             self._load_v1(state["surfaces"])
 
-    def load_arrays(self, header: dict, arrays: Mapping[str, np.ndarray | None]) -> None:
+    def load_arrays(
+        self,
+        header: dict,
+        arrays: Mapping[str, np.ndarray | None],
+        live_sources: set[str] | None = None,
+        now: float = 0.0,
+    ) -> list[AlertChange]:
         """Restore saved arrays (any subset of the state's) into the rows of the same keys,
-        and the source alerts in ``header``."""
+        and the source alerts in ``header``.  Rows and sources no longer declared are left
+        behind; each alert of theirs that was firing is returned resolved, "removed from the
+        configuration", so that whoever was paged hears it ended."""
         self._load_sources(header.get("sources"))
+        changes = self._removed_rows(header, arrays, now)
+        if live_sources is not None:
+            changes += self.resolve_removed_sources(live_sources, now)
         pairs = persist.match_rows(header.get("keys"), self.targets)
         if not pairs[0].size:
-            return
+            return changes
         # Budget sums carry over only where the row's horizons are the same as when saved.
         saved_h = header.get("horizons")
         same = np.array(
@@ -530,6 +546,44 @@ class Detector:
             if name in arrays:
                 use = budget_pairs if name.startswith("budget.") else pairs
                 persist.restore_rows(target, arrays[name], use)
+        return changes
+
+    def _removed_rows(
+        self, header: dict, arrays: Mapping[str, np.ndarray | None], now: float
+    ) -> list[AlertChange]:
+        saved_keys = header.get("keys")
+        if not isinstance(saved_keys, list):
+            return []
+        current = set(self.targets)
+        changes = []
+        for rule in self.alert_banks:
+            state = arrays.get(f"{rule}_alerts.state")
+            started = arrays.get(f"{rule}_alerts.started_at")
+            if state is None or state.shape != (len(saved_keys),):
+                continue
+            for j in np.flatnonzero(state == AlertState.FIRING).tolist():
+                target = str(saved_keys[j])
+                if target in current:
+                    continue
+                kind, _, name = target.partition("/")
+                changes.append(
+                    AlertChange(
+                        fingerprint=fingerprint(target, rule),
+                        target_type="surface",
+                        target=name,
+                        kind=kind,
+                        rule=rule,
+                        state="resolved",
+                        previous="firing",
+                        at=now,
+                        started_at=float(started[j]) if started is not None else now,
+                        value=0.0,
+                        threshold=0.0,
+                        figures={"removed": True},
+                        summary=f"{kind} surface {name} was {REMOVED} — resolved",
+                    )
+                )
+        return changes
 
     def _load_sources(self, saved: Any) -> None:
         """Source alerts as saved: one that was firing resolves after a quiet minute, so the
@@ -565,6 +619,51 @@ class Detector:
                 self.budget_alerts.load_row(row, saved.get("budget_alert", {}))
             except (TypeError, ValueError, AttributeError):
                 continue
+
+
+def _source_change(
+    j: SourceJudgement,
+    rule: str,
+    change: tuple[AlertState, AlertState],
+    machine: AlertMachine,
+    now: float,
+) -> AlertChange:
+    prev, new = change
+    if rule == "records_lost":
+        if j.lost_unknown and not j.lost:
+            what = "lost an unknown number of records (a gap it cannot measure): a blind spot"
+        else:
+            unknown = " and a gap of unknown size" if j.lost_unknown else ""
+            what = f"lost {j.lost} records this tick{unknown} ({j.lost_total} in all): a blind spot"
+        value = j.lost + j.lost_unknown
+    elif rule == "forged_records":
+        what = (
+            f"rejected {j.forged} forged records ({j.forged_total} in all): someone wrote "
+            "look-alike fence lines"
+        )
+        value = j.forged
+    else:
+        what = f"is not reading: {j.last_error or 'down'}"
+        value = 0 if j.up else 1
+    return AlertChange(
+        fingerprint=machine.fingerprint,
+        target_type="source",
+        target=j.name,
+        kind="source",
+        rule=rule,
+        state=_state_name(new),
+        previous=_state_name(prev),
+        at=now,
+        started_at=machine.started_at,
+        value=float(value),
+        threshold=0.0,
+        figures={
+            "records_lost_total": j.lost_total,
+            "forged_records_total": j.forged_total,
+            **({"gap_unknown": True} if j.lost_unknown else {}),
+        },
+        summary=f"source {j.name} {what}",
+    )
 
 
 def _source_machine(name: str, rule: str) -> AlertMachine:

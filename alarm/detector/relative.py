@@ -107,7 +107,7 @@ class RelativeBank:
         self.slot_at = np.full(n, -1, dtype=np.int64)  # that occurrence: start // SLOT
         # Last tick's figures (for alerts), per row.
         self._allow = np.zeros(n)  # score per tick
-        self._judged = np.zeros(n, dtype=bool)
+        self.judged = np.zeros(n, dtype=bool)
         self.threshold = np.full(n, np.inf)  # H, score
         self.mu = np.zeros(n)
         self._around = np.zeros(n, dtype=f32)  # max level of the current slot's neighbours
@@ -157,7 +157,7 @@ class RelativeBank:
         self.excess = after
         self.last_step = step
         self._allow = allow
-        self._judged = judged
+        self.judged = judged
         self.threshold = h
         self.mu = mu
         self._learn(g, s, start)
@@ -191,7 +191,7 @@ class RelativeBank:
         """The rule's figures for one row, in bits (what the last tick was judged by)."""
         t = self.tick
         allow = float(self._allow[row])
-        judged = bool(self._judged[row])
+        judged = bool(self.judged[row])
         return {
             "judged": judged,
             "seasonal_level_bits_per_second": float(score_to_bits(self.mu[row])) / t,

@@ -1,11 +1,14 @@
-"""Drive exporters/notify.py directly: alert changes in, the real outbox and workers running."""
+"""Drive exporters/notify.py directly: alert changes in, the real outbox and workers running.
+
+Nothing here starts the service, so the notification tests run whatever state the pipeline is
+in."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,3 +89,19 @@ async def record(n: Notifications, *changes: AlertChange) -> int:
     queued = await asyncio.to_thread(n.record, list(changes))
     n.wake()
     return queued
+
+
+async def wait_for(
+    predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.1
+) -> Any:
+    """Poll ``predicate`` (a function or a coroutine function) until it is truthy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(interval)

@@ -1,9 +1,11 @@
-"""Map a fence record to exactly one declared surface; what matches nothing is `unclassified`.
+"""Egress: map a fence flow to exactly one declared surface; what matches nothing is
+`unclassified`.
 
-Rules are tried in config order and the first match wins.  Matching is done once per distinct
-(destination, port, protocol, interface, uid, prefix) key and cached; the cache is bounded so a
-workload spraying millions of destinations costs a fixed amount of memory (it is cleared when
-full: a miss only costs a re-classification).
+Rules are tried in config order and the first match wins.  A batch's flows are classified at
+once, in columns: each rule is evaluated on the distinct values of each field (destinations,
+protocols, interfaces, prefixes), then combined over the flow identities with numpy, so a
+workload spraying millions of destinations costs vector passes, not a Python call per flow.
+``classify_key`` is the same rule for one flow, the reference the tests hold the columns to.
 """
 
 from __future__ import annotations
@@ -11,19 +13,73 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
+from pydantic import field_validator
 
-from alarm.config import UNCLASSIFIED, SurfaceConfig
-
-if TYPE_CHECKING:
-    from alarm.fastscan import FlowScan
+from alarm.collectors.kernel.fence import FlowSubjects
+from alarm.settings import Strict
 
 FenceKey = tuple[str, str, int | None, str, int | None, str]  # dst, proto, dpt, out, uid, prefix
 
 
 _LOW64 = (1 << 64) - 1
+
+
+def port_range(value: Any) -> tuple[int, int]:
+    if isinstance(value, bool):
+        raise ValueError("a port is a number or a range like 8000-8100")
+    if isinstance(value, int):
+        lo = hi = value
+    else:
+        text = str(value).strip()
+        parts = text.split("-")
+        if len(parts) not in (1, 2) or not all(p.strip().isdigit() for p in parts):
+            raise ValueError(f"{value!r} is not a port or a range like 8000-8100")
+        lo, hi = int(parts[0]), int(parts[-1])
+    if not (0 <= lo <= hi <= 65535):
+        raise ValueError(f"{value!r} is outside 0-65535 or reversed")
+    return lo, hi
+
+
+class EgressMatch(Strict):
+    """All given fields must match (AND); each list matches any of its items (OR)."""
+
+    dst: list[str] = []  # CIDRs or addresses
+    dport: list[Any] = []  # ports or "lo-hi"
+    proto: list[str] = []  # tcp, udp, icmp, icmpv6, or a number
+    out: list[str] = []  # output interface; a trailing '+' matches a prefix, like iptables
+    uid: list[int] = []
+    log_prefix: list[str] = []  # the nft rule's prefix text, e.g. "EGRESS_FENCE proxy"
+    source: list[str] = []  # names of the sources whose records this surface takes
+
+    @field_validator("dst")
+    @classmethod
+    def _cidrs(cls, values: list[str]) -> list[str]:
+        for v in values:
+            try:
+                ipaddress.ip_network(str(v), strict=False)
+            except ValueError as exc:
+                raise ValueError(f"{v!r} is not an address or CIDR") from exc
+        return values
+
+    @field_validator("dport")
+    @classmethod
+    def _ports(cls, values: list[Any]) -> list[Any]:
+        for v in values:
+            port_range(v)
+        return values
+
+    @field_validator("proto")
+    @classmethod
+    def _protos(cls, values: list[str]) -> list[str]:
+        return [str(v).lower() for v in values]
+
+    def port_ranges(self) -> list[tuple[int, int]]:
+        return [port_range(v) for v in self.dport]
+
+
 Address = tuple[int, int] | None  # (IP version, integer value); None when not an address
 
 
@@ -37,7 +93,7 @@ def parse_address(text: str) -> Address:
 
 @dataclass(slots=True, frozen=True)
 class _Rule:
-    surface: str
+    surface: int  # index in the classifier's ``surfaces``
     # Networks as integer ranges: comparing ints is several times cheaper than ``addr in net``,
     # and a miss on a hostile spray of destinations pays for it once per key.
     networks: tuple[tuple[int, int, int], ...]  # (version, first, last)
@@ -46,6 +102,7 @@ class _Rule:
     outs: tuple[str, ...]
     uids: frozenset[int]
     prefixes: frozenset[str]
+    sources: frozenset[str]
 
     def matches(self, key: FenceKey, address: Callable[[], Address]) -> bool:
         _, proto, dpt, out, uid, prefix = key
@@ -74,11 +131,6 @@ def _network_range(text: str) -> tuple[int, int, int]:
     return net.version, int(net.network_address), int(net.broadcast_address)
 
 
-def contributor_name(dst: str, dpt: int | None, proto: str) -> str:
-    """The heavy-hitter key of a fence record: ``10.0.0.5:443/TCP``, or ``10.0.0.5/ICMP``."""
-    return f"{dst}/{proto}" if dpt is None else f"{dst}:{dpt}/{proto}"
-
-
 def _iface_matches(pattern: str, name: str) -> bool:
     if pattern.endswith("+"):
         return name.startswith(pattern[:-1])
@@ -86,43 +138,36 @@ def _iface_matches(pattern: str, name: str) -> bool:
 
 
 class EgressClassifier:
-    def __init__(self, surfaces: Sequence[SurfaceConfig], cache_size: int = 65536):
+    """``classify(subjects, source)``: for each flow of a batch, the index of its surface in
+    ``surfaces`` (-1: unclassified)."""
+
+    kind = "egress"
+
+    def __init__(self, names: Sequence[str], matches: Sequence[EgressMatch]):
+        self.surfaces = list(names)
         self._rules = [
             _Rule(
-                surface=s.name,
-                networks=tuple(_network_range(d) for d in s.match.dst),
-                ports=tuple(s.match.port_ranges()),
-                protos=frozenset(s.match.proto),
-                outs=tuple(s.match.out),
-                uids=frozenset(s.match.uid),
-                prefixes=frozenset(s.match.log_prefix),
+                surface=i,
+                networks=tuple(_network_range(d) for d in m.dst),
+                ports=tuple(m.port_ranges()),
+                protos=frozenset(m.proto),
+                outs=tuple(m.out),
+                uids=frozenset(m.uid),
+                prefixes=frozenset(m.log_prefix),
+                sources=frozenset(m.source),
             )
-            for s in surfaces
-            if s.kind == "egress"
+            for i, m in enumerate(matches)
         ]
-        self._cache: dict[FenceKey, str] = {}
-        self._cache_size = cache_size
-        self.cache_clears = 0
 
-    def classify(self, key: FenceKey) -> str:
-        surface = self._cache.get(key)
-        if surface is None:
-            surface = self._match(key)
-            if len(self._cache) >= self._cache_size:
-                self._cache.clear()
-                self.cache_clears += 1
-            self._cache[key] = surface
-        return surface
-
-    def classify_columns(self, scan: FlowScan) -> tuple[list[str], np.ndarray]:
-        """``classify`` for every flow identity of a scan at once: (surface names, the index
-        of each identity's surface in them).  Each rule is evaluated on the distinct values
-        of each field, then combined over the identity columns with numpy; the first rule
-        that matches wins, as in ``classify``."""
-        names = [UNCLASSIFIED]
-        surface_of = np.zeros(len(scan.id_dst), dtype=np.int64)
+    def classify(self, subjects: FlowSubjects, source: str) -> np.ndarray:
+        """Each rule is evaluated on the distinct values of each field, then combined over
+        the identity columns; the first rule that matches wins, as in ``classify_key``."""
+        scan = subjects.scan
+        surface_of = np.full(len(scan.id_dst), -1, dtype=np.int64)
         undecided = np.ones(len(scan.id_dst), dtype=bool)
         for rule in self._rules:
+            if rule.sources and source not in rule.sources:
+                continue
             m = undecided.copy()
             if rule.protos:
                 ok = np.array([p.lower() in rule.protos for p in scan.protos] + [False])
@@ -154,12 +199,12 @@ class EgressClassifier:
                     ok[:-1] |= (version == v) & above & below
                 m &= ok[scan.id_dst]
             if m.any():
-                names.append(rule.surface)
-                surface_of[m] = len(names) - 1
+                surface_of[m] = rule.surface
                 undecided &= ~m
-        return names, surface_of
+        return surface_of
 
-    def _match(self, key: FenceKey) -> str:
+    def classify_key(self, key: FenceKey, source: str = "") -> int:
+        """The surface index of one flow (-1: unclassified)."""
         parsed: list[Address] = []
 
         def address() -> Address:
@@ -169,6 +214,8 @@ class EgressClassifier:
             return parsed[0]
 
         for rule in self._rules:
+            if rule.sources and source not in rule.sources:
+                continue
             if rule.matches(key, address):
                 return rule.surface
-        return UNCLASSIFIED
+        return -1

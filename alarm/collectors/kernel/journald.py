@@ -14,7 +14,10 @@ emitted (untrusted) so the pipeline counts them as forged.
 
 Position: ``{"cursor": <__CURSOR of the last entry counted>}``; a restart passes
 ``--after-cursor``, a first start ``-n 0`` (from the end).  journalctl exiting (journal
-rotated away, journald restarted) marks the source down and restarts it with backoff.
+rotated away, journald restarted) marks the source down and restarts it with backoff.  A saved
+cursor journalctl refuses (journal vacuumed, another machine's) is a gap of unknown size: the
+source continues from the end and counts ``records_lost_unknown`` and ``cursor_resets``, which
+raise the ``records_lost`` alarm with the gap stated as unknown.
 """
 
 from __future__ import annotations
@@ -24,14 +27,16 @@ import contextlib
 import json
 import re
 import shutil
+import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from alarm.collectors.base import Batch, Emit, SourceStats
-from alarm.collectors.kmsg import SourceUnavailable
-from alarm.kernel_formats import parse_journal_json
-from alarm.records import KernelRecord
+from alarm.collectors.base import SourceContext, SourceType, SourceUnavailable
+from alarm.collectors.kernel.fence import FenceRead, FenceReader, KernelSettings
+from alarm.collectors.kernel.formats import parse_journal_json
+from alarm.collectors.kernel.records import KernelRecord
+from alarm.events import Batch, Emit, SourceHealth
 
 # SD_MESSAGE_JOURNAL_MISSED: "Missed N kernel messages" (journald-kmsg.c).
 MISSED_ID = "e9bf28e6e834481bb6f48f548ad13606"
@@ -77,24 +82,33 @@ def parse_journal_chunk(data: bytes) -> JournalChunk:
     return out
 
 
+def read_journal_chunk(data: bytes, reader: FenceReader) -> tuple[JournalChunk, FenceRead]:
+    chunk = parse_journal_chunk(data)
+    return chunk, reader.read(chunk.records)
+
+
 class JournaldCollector:
     def __init__(
         self,
         name: str = "journald",
         position: dict[str, Any] | None = None,
-        kind: str = "egress",
         journalctl: str = "journalctl",
         directory: str | None = None,
         retry_max: float = 30.0,
+        prefixes: tuple[str, ...] = ("EGRESS_FENCE",),
+        tick: float = 1.0,
+        reader: FenceReader | None = None,
     ) -> None:
+        """``reader``: what turns the records into write events (default: the fence reader
+        for ``prefixes``)."""
         self.name = name
-        self.kind = kind
+        self.reader = reader or FenceReader(tuple(prefixes), require_trusted=True, tick=tick)
         self.journalctl = journalctl
         self.directory = directory  # read journal files there (-D) instead of the system's
         self.retry_max = retry_max
         cursor = (position or {}).get("cursor")
         self.cursor: str | None = cursor if isinstance(cursor, str) else None
-        self.stats = SourceStats(provenance_verified=True)
+        self.health = SourceHealth(provenance_verified=True)
         self.restarts = 0
 
     def argv(self, exe: str) -> list[str]:
@@ -114,14 +128,19 @@ class JournaldCollector:
             if exe is None:
                 raise SourceUnavailable(f"{self.journalctl!r} not found: cannot read the journal")
             delivered, err = await self._run_once(exe, emit)
-            self.stats.up = False
+            self.health.up = False
             self.restarts += 1
             if self.cursor and not delivered and "cursor" in err.lower():
                 # The saved cursor is unusable (journal vacuumed, other machine): the gap
                 # cannot be measured, so say so and continue from the end.
                 self.cursor = None
-                self.stats.extra["cursor_resets"] = self.stats.extra.get("cursor_resets", 0) + 1
-            self.stats.last_error = f"journalctl exited: {err}"[:500]
+                await emit(
+                    Batch(
+                        counts={"records_lost_unknown": 1, "cursor_resets": 1},
+                        position={"cursor": None},
+                    )
+                )
+            self.health.failed(f"journalctl exited: {err}", time.time())
             if delivered:
                 delay = min(1.0, self.retry_max)
             await asyncio.sleep(delay)
@@ -137,8 +156,8 @@ class JournaldCollector:
             limit=STREAM_LIMIT,
         )
         assert proc.stdout is not None and proc.stderr is not None
-        stats = self.stats
-        stats.up = True
+        health = self.health
+        health.up = True
         delivered = False
         tail = b""
         errors: deque[str] = deque(maxlen=3)
@@ -160,29 +179,69 @@ class JournaldCollector:
                 if not data:
                     continue
                 if len(data) <= INLINE_MAX:
-                    chunk = parse_journal_chunk(data)
+                    chunk, read = read_journal_chunk(data, self.reader)
                 else:
-                    chunk = await asyncio.to_thread(parse_journal_chunk, data)
+                    chunk, read = await asyncio.to_thread(read_journal_chunk, data, self.reader)
                 position = {"cursor": chunk.cursor} if chunk.cursor else None
-                if chunk.records or position is not None:
-                    await emit(Batch(chunk.records, position))
-                # Counted once emitted, so counters and the saved cursor agree.
+                counts = {
+                    "records_read": len(chunk.records),
+                    "records_lost": chunk.lost,
+                    "parse_errors": chunk.parse_errors + read.parse_errors,
+                    "forged_records": read.forged,
+                }
+                last_ts = chunk.records[-1].ts if chunk.records else None
+                await emit(
+                    Batch(
+                        read.events,
+                        {k: n for k, n in counts.items() if n},
+                        position,
+                        watermark=last_ts,
+                    )
+                )
                 if chunk.cursor:
                     self.cursor = chunk.cursor
                 delivered = True
-                stats.records_read += len(chunk.records)
-                stats.records_lost += chunk.lost
-                stats.parse_errors += chunk.parse_errors
-                if chunk.records:
-                    stats.last_record_ts = chunk.records[-1].ts
+                health.caught_up = len(data) < READ_MAX
+                if last_ts:
+                    health.last_record_ts = last_ts
             await proc.wait()
             await err_task
             return delivered, f"status {proc.returncode}: {errors[-1] if errors else ''}"
         finally:
             err_task.cancel()
-            stats.up = False
+            health.up = False
+            health.caught_up = False
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(proc.wait())
+
+
+class JournaldSettings(KernelSettings):
+    """``type: journald``: kernel records through journalctl, where /dev/kmsg is closed."""
+
+    type: Literal["journald"]
+    journal_directory: str | None = None  # read journal files there (-D) instead of the system's
+
+
+def build(cfg: JournaldSettings, ctx: SourceContext) -> JournaldCollector:
+    return JournaldCollector(
+        name=cfg.name,
+        position=ctx.position,
+        directory=cfg.journal_directory,
+        prefixes=tuple(cfg.prefixes),
+        tick=ctx.tick,
+    )
+
+
+SOURCE = SourceType(
+    "journald",
+    JournaldSettings,
+    build,
+    kind="egress",
+    counters={
+        "cursor_resets": "Saved journal cursors journalctl refused (journal vacuumed): a gap of unknown size.",
+    },
+    forgeable=True,
+)

@@ -1,5 +1,6 @@
-"""The live pipeline counts a large batch through the native scanner exactly as it counts
-records one at a time through parse_fence."""
+"""The fence reader turns a large batch of records into the same write events through the
+native scanner as it does record by record through parse_fence, and the pipeline counts them
+on the surfaces their flows classify to."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from hypothesis import strategies as st
 from test_fastscan import _TRICKY
 from test_netfilter import fence_lines
 
-from alarm import pipeline as pipeline_module
+from alarm.collectors.kernel import fence as fence_module
+from alarm.collectors.kernel.fastscan import native_available
+from alarm.collectors.kernel.fence import FenceReader
+from alarm.collectors.kernel.records import KernelRecord
 from alarm.config import config_from_dict
-from alarm.fastscan import native_available
+from alarm.events import Batch
 from alarm.pipeline import Pipeline
-from alarm.records import KernelRecord
 
 PFX = ("EGRESS_FENCE",)
 CONFIG = {
@@ -53,17 +56,22 @@ def records(draw: st.DrawFn) -> list[KernelRecord]:
 
 def counted(recs: list[KernelRecord], require_trusted: bool, batch: int) -> tuple:
     pipe = Pipeline(config_from_dict(CONFIG))
-    pipeline_module.NATIVE_BATCH, saved = batch, pipeline_module.NATIVE_BATCH
+    fence_module.NATIVE_BATCH, saved = batch, fence_module.NATIVE_BATCH
     try:
-        pipe.ingest_kernel("k", recs, PFX, require_trusted)
+        read = FenceReader(PFX, require_trusted, tick=1.0).read(recs)
     finally:
-        pipeline_module.NATIVE_BATCH = saved
-    stats = pipe.source("k")
+        fence_module.NATIVE_BATCH = saved
+    pipe.apply("kernel", Batch(read.events), None)
+    table = pipe.table
     surfaces = {
-        key: (s.bytes_total, s.events_total, sorted(s.hitters.top(1000)))
-        for key, s in pipe.table.surfaces.items()
+        key: (
+            int(table.bytes_total[i]),
+            int(table.events_total[i]),
+            sorted(table.hitters[i].top(1000)),
+        )
+        for i, key in enumerate(table.keys)
     }
-    return surfaces, stats.parse_errors, stats.forged_records
+    return surfaces, read.parse_errors, read.forged
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

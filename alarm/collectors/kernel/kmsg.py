@@ -1,6 +1,6 @@
 """/dev/kmsg source: the kernel's own fence records, with proof of origin and exact loss.
 
-Two processes.  ``alarm.collectors.kmsg_drain`` (a child at SCHED_FIFO 1 when allowed, else
+Two processes.  ``alarm.collectors.kernel.kmsg_drain`` (a child at SCHED_FIFO 1 when allowed, else
 nice -10) does nothing but read one record per ``read`` and push them, framed as lines, into a
 1 MiB pipe, buffering in its own memory when we are slow; it counts every gap in the kernel's sequence numbers and says so
 in-band (``!lost N CAUSE LASTSEQ``).  This side, on the event loop, splits the stream, parses
@@ -8,7 +8,8 @@ records (in a worker thread for big chunks) and emits batches.
 
 Trust: user space may write to /dev/kmsg, but the kernel rewrites facility 0 ("kern") to 1
 ("user") for such writes, so ``facility == 0`` proves the kernel wrote the record.  Every
-record goes out with that verdict in ``trusted``; the pipeline decides what is fence traffic.
+record carries that verdict in ``trusted``; the fence reader (fence.py) counts a fence record
+without it as forged, never as traffic.
 
 Time: kmsg timestamps are the kernel's ``local_clock`` in microseconds since boot, which tracks
 CLOCK_MONOTONIC (here within ~1 ms), so wall time = (now - monotonic now) + usec / 1e6.
@@ -26,21 +27,21 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from alarm.collectors.base import Batch, Emit, SourceStats
-from alarm.kernel_formats import parse_kmsg_record
-from alarm.records import KernelRecord
+from pydantic import Field
+
+from alarm.collectors.base import SourceContext, SourceType, SourceUnavailable
+from alarm.collectors.kernel.fence import FenceRead, FenceReader, KernelSettings
+from alarm.collectors.kernel.formats import parse_kmsg_record
+from alarm.collectors.kernel.records import KernelRecord
+from alarm.events import Batch, Emit, SourceHealth
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 READ_MAX = 1 << 20  # one pipe's worth per read
 STREAM_LIMIT = 4 << 20  # asyncio buffer before it stops reading (the drain buffers beyond)
 INLINE_MAX = 16 * 1024  # parse smaller chunks on the loop; a thread hop costs more
 DRAIN_BUFFER = 256 << 20
-
-
-class SourceUnavailable(RuntimeError):
-    """The kernel log cannot be read here (no device, no permission, no journalctl)."""
 
 
 def boot_id() -> str:
@@ -105,27 +106,40 @@ def parse_chunk(data: bytes, boot_wall: float, prev_seq: int | None) -> Chunk:
     return out
 
 
+def read_chunk(
+    data: bytes, boot_wall: float, prev_seq: int | None, reader: FenceReader
+) -> tuple[Chunk, FenceRead]:
+    """A piece of the drain stream, split and read into write events (in a worker thread for
+    big pieces)."""
+    chunk = parse_chunk(data, boot_wall, prev_seq)
+    return chunk, reader.read(chunk.records)
+
+
 class KmsgCollector:
     def __init__(
         self,
         name: str = "kmsg",
         path: str = "/dev/kmsg",
         position: dict[str, Any] | None = None,
-        kind: str = "egress",
         start_at_end: bool = True,
         nice: int = -10,
         buffer_limit: int = DRAIN_BUFFER,
         realtime: int = 1,
+        prefixes: tuple[str, ...] = ("EGRESS_FENCE",),
+        tick: float = 1.0,
+        reader: FenceReader | None = None,
     ) -> None:
+        """``reader``: what turns the records into write events (default: the fence reader
+        for ``prefixes``); called in a worker thread for big chunks."""
         self.name = name
-        self.kind = kind
+        self.reader = reader or FenceReader(tuple(prefixes), require_trusted=True, tick=tick)
         self.path = path
         self.start_at_end = start_at_end
         self.nice = nice
         self.buffer_limit = buffer_limit
         self.realtime = realtime  # drain's SCHED_FIFO priority (0: nice only); see kmsg_drain
         self.position: dict[str, Any] | None = dict(position) if position else None
-        self.stats = SourceStats(provenance_verified=True)
+        self.health = SourceHealth(provenance_verified=True)
         self.drain_pid: int | None = None  # exposed for tests (SIGSTOP) and benches
         # Set once the drain has fixed its starting point: what is logged after this is read.
         self.ready = asyncio.Event()
@@ -154,7 +168,7 @@ class KmsgCollector:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "alarm.collectors.kmsg_drain",
+            "alarm.collectors.kernel.kmsg_drain",
             "--path",
             self.path,
             "--from",
@@ -174,7 +188,7 @@ class KmsgCollector:
         )
         self.drain_pid = proc.pid
         assert proc.stdout is not None
-        stats = self.stats
+        health = self.health
         tail = b""
         try:
             while True:
@@ -189,34 +203,48 @@ class KmsgCollector:
                     continue
                 boot_wall = boot_wall_time()
                 if len(data) <= INLINE_MAX:
-                    chunk = parse_chunk(data, boot_wall, prev_seq)
+                    chunk, read = read_chunk(data, boot_wall, prev_seq, self.reader)
                 else:
-                    chunk = await asyncio.to_thread(parse_chunk, data, boot_wall, prev_seq)
+                    chunk, read = await asyncio.to_thread(
+                        read_chunk, data, boot_wall, prev_seq, self.reader
+                    )
                 position = self.position
                 if chunk.last_seq is not None and chunk.last_seq != prev_seq:
                     position = {"boot_id": current_boot, "seq": chunk.last_seq}
-                if chunk.records or position is not self.position:
-                    await emit(Batch(chunk.records, position))
-                # Counted only once emitted, so counters and the saved position agree.
+                counts = {
+                    "records_read": len(chunk.records),
+                    "parse_errors": chunk.parse_errors + read.parse_errors,
+                    "forged_records": read.forged,
+                    "records_lost": sum(chunk.lost.values()),
+                    **{f"lost_{cause}": n for cause, n in chunk.lost.items()},
+                }
+                # A read that filled the buffer may have more behind it: until one does not,
+                # events are in up to the last record read, not up to now.
+                caught_up = len(data) < READ_MAX
+                await emit(
+                    Batch(
+                        read.events,
+                        {k: n for k, n in counts.items() if n},
+                        position if position is not self.position else None,
+                        watermark=chunk.last_ts or None,
+                    )
+                )
                 prev_seq = chunk.last_seq
                 self.position = position
-                stats.records_read += len(chunk.records)
-                stats.parse_errors += chunk.parse_errors
-                for cause, n in chunk.lost.items():
-                    stats.records_lost += n
-                    key = f"lost_{cause}"
-                    stats.extra[key] = stats.extra.get(key, 0) + n
+                health.caught_up = caught_up and health.up
                 if chunk.last_ts:
-                    stats.last_record_ts = chunk.last_ts
+                    health.last_record_ts = chunk.last_ts
                 if chunk.ready:
                     # Up only once the drain holds its read position: before that, records
                     # the kernel logs may fall before where a start-at-end reader begins.
-                    stats.up = True
+                    health.up = True
+                    health.caught_up = caught_up
                     self.ready.set()
                 for w in chunk.warnings:
-                    stats.last_error = f"drain: {w}"
+                    health.failed(f"drain: {w}", time.time())
         finally:
-            stats.up = False
+            health.up = False
+            health.caught_up = False
             self.ready.clear()
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -231,3 +259,42 @@ class KmsgCollector:
             err = await proc.stderr.read()
         detail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
         raise RuntimeError(f"kmsg drain exited with status {rc}: {detail[0][:300]}")
+
+
+class KmsgSettings(KernelSettings):
+    """``type: kmsg``: /dev/kmsg, with proof of origin and exact loss."""
+
+    type: Literal["kmsg"]
+    kmsg_path: str = "/dev/kmsg"
+    start_at_end: bool = True  # first start without saved state: skip what is already logged
+    # Drain process priority; the kernel ring buffer gives a reader little slack.
+    nice: int = Field(-10, ge=-20, le=19)
+
+
+def build(cfg: KmsgSettings, ctx: SourceContext) -> KmsgCollector:
+    return KmsgCollector(
+        name=cfg.name,
+        path=cfg.kmsg_path,
+        position=ctx.position,
+        start_at_end=cfg.start_at_end,
+        nice=cfg.nice,
+        prefixes=tuple(cfg.prefixes),
+        tick=ctx.tick,
+    )
+
+
+# The drain's loss causes (kmsg_drain.py), each its own counter besides records_lost.
+LOSS_CAUSES = {
+    "overrun": "the kernel overwrote records before they were read (ring buffer overrun)",
+    "resume": "records the kernel overwrote while the service was stopped (found at the resume point)",
+    "drain_full": "records the drain dropped because the service fell too far behind",
+    "unexplained": "sequence gaps the drain did not report",
+}
+SOURCE = SourceType(
+    "kmsg",
+    KmsgSettings,
+    build,
+    kind="egress",
+    counters={f"lost_{c}": f"Records lost: {why}." for c, why in LOSS_CAUSES.items()},
+    forgeable=True,
+)

@@ -1,8 +1,8 @@
 """Configuration of notifications: destinations, filters, repeat, flap damping, silences, outbox.
 
-Lives beside the code that uses it (exporters/) and is plugged into ``alarm.config.Config`` as
-its ``notifications`` field, so validation errors keep naming the full key path
-(``notifications.destinations[0].webhook.url: ...``).
+Part of the one configuration (``alarm.config.Config.notifications``), so validation errors name
+the full key path (``notifications.destinations[0].url: ...``); the exporters that deliver
+notifications read it, and nothing here imports them.
 
 Secrets (signing keys, PagerDuty routing keys, Slack webhook URLs) are never written in the
 config itself: they are read from an environment variable or a file when the destinations are
@@ -18,25 +18,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     SecretStr,
     field_validator,
     model_validator,
 )
 
-
-def _duration(value: Any) -> float:
-    # alarm.config imports this module, so its parser is looked up at validation time, when
-    # both modules are loaded: one duration syntax for the whole config, and no import cycle.
-    from alarm.config import parse_duration
-
-    return parse_duration(value)
-
-
-Duration = Annotated[float, BeforeValidator(_duration)]
+from alarm.settings import Duration, Strict
 
 Severity = Literal["critical", "error", "warning", "info"]
 SEVERITY_ORDER: tuple[str, ...] = ("info", "warning", "error", "critical")
@@ -56,11 +45,7 @@ DEFAULT_SEVERITIES: dict[str, str] = {
 }
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SecretSource(_Strict):
+class SecretSource(Strict):
     """Where a secret comes from: ``{env: NAME}`` or ``{file: /path}``.
 
     A file may hold several secrets, one per line (signing keys during a rotation)."""
@@ -106,7 +91,7 @@ def _as_list(value: Any) -> Any:
 Names = Annotated[list[str], BeforeValidator(_as_list)]
 
 
-class Filter(_Strict):
+class Filter(Strict):
     """Which alerts a destination gets.  Every list given must match (AND); each list is any-of.
 
     ``targets`` are surface or source names, with shell-style wildcards (``registry-*``);
@@ -120,7 +105,7 @@ class Filter(_Strict):
     min_severity: Severity | None = None
 
 
-class _Destination(_Strict):
+class _Destination(Strict):
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$")
     filter: Filter = Filter()
     timeout: Duration = 10.0
@@ -207,7 +192,7 @@ def _timestamp(value: Any) -> float:
 Timestamp = Annotated[float, BeforeValidator(_timestamp)]
 
 
-class Silence(_Strict):
+class Silence(Strict):
     """Mute matching alerts between ``starts`` and ``ends``.  A page that was already opened is
     still closed: resolves of alerts whose firing was delivered are never silenced."""
 
@@ -223,18 +208,24 @@ class Silence(_Strict):
         return self
 
 
-class FlapDamping(_Strict):
+class FlapDamping(Strict):
     """An alert that changes state more than ``max_changes`` times within ``window`` is
     flapping: further changes are held back until it has been stable for ``settle``, then its
-    state at that moment is sent (if it differs from what was last sent)."""
+    state at that moment is sent (if it differs from what was last sent).
+
+    ``reopen_window`` (0: off): a resolve is sent only once the alert has stayed resolved this
+    long; if it fires again within it, that is the same incident — the page stays open, no
+    second page — and its start stays the first firing's.  Prometheus' ``keep_firing_for``
+    (alerting rules, since 2.42) does the same on the rule side.  Independent of ``enabled``."""
 
     enabled: bool = True
     window: Duration = 600.0
     max_changes: int = Field(4, ge=2)
     settle: Duration = 300.0
+    reopen_window: Duration = 0.0
 
 
-class OutboxConfig(_Strict):
+class OutboxConfig(Strict):
     """Retries: exponential backoff with jitter, from ``base_backoff`` up to ``max_backoff``,
     until a notification is ``max_age`` old; then it goes to the dead-letter table."""
 
@@ -253,7 +244,7 @@ class OutboxConfig(_Strict):
         return self
 
 
-class Links(_Strict):
+class Links(Strict):
     """Links in every notification.  ``external_url``: where people reach this service's status
     page (default: the http listen address).  ``runbook`` may use {rule}, {target}, {kind}."""
 
@@ -273,7 +264,7 @@ class Links(_Strict):
         return value
 
 
-class NotificationsConfig(_Strict):
+class NotificationsConfig(Strict):
     destinations: list[Destination] = []
     severities: dict[str, Severity] = {}  # per rule; merged over DEFAULT_SEVERITIES
     flap: FlapDamping = FlapDamping()

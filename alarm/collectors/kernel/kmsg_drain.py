@@ -23,7 +23,7 @@ at the resume point, and records this process had to drop because the parent fel
 ``--limit`` bytes behind.  The steady-state loop parses nothing: the SEQ field is only read
 around a gap, so keeping up costs one ``read`` per record.
 
-Runs as ``python -m alarm.collectors.kmsg_drain --path /dev/kmsg --from end|start|SEQ``.
+Runs as ``python -m alarm.collectors.kernel.kmsg_drain --path /dev/kmsg --from end|start|SEQ``.
 """
 
 from __future__ import annotations

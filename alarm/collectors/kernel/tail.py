@@ -11,28 +11,33 @@ with the differences noted:
   on, never read twice; a file renamed out of the globs or deleted is read to its end through
   the open descriptor (lines written after the rename but before we noticed included), its
   unterminated last line is flushed, and only then is the new file at its old path read from
-  offset 0.  That is a rotation (``stats.rotations``).
+  offset 0.  That is a rotation (the ``rotations`` counter).
 - copytruncate: the same file is smaller than our read offset, or its first bytes changed (a
   truncate that was followed by more writes than we had read; mtail misses that case).  We
-  count ``stats.truncations`` and restart at offset 0.  What was written between our last read
-  and the truncation cannot be known; we count one possible loss in ``stats.records_lost`` when
+  count ``truncations`` and restart at offset 0.  What was written between our last read
+  and the truncation cannot be known; we count one possible loss in ``records_lost`` when
   we know the file held bytes we had not read (a buffered partial line, or a size seen past our
   offset), see docs/file-source.md.  mtail flushes the partial line; we drop it, because its
   end is gone and a half line must never be counted.
 - A line longer than ``max_line_bytes`` is skipped up to its newline without being buffered
-  (``stats.parse_errors`` and ``stats.extra["oversized_lines"]``).
+  (``parse_errors`` and ``oversized_lines``).
 - Positions: ``{"files": {path: {"dev", "ino", "fingerprint", "fp_len", "offset"}}}`` where
   ``fingerprint`` is the SHA-256 of the file's first ``fp_len`` (<= 1024) bytes and ``offset``
   is the end of the last complete line consumed.  A restart resumes every file whose identity
   and fingerprint still match, wherever it now is (the globs' matches and the names next to the
   saved path that start with its name, e.g. ``kern.log.1``), and reads the rest from 0.
 
-Trust: ``stats.provenance_verified`` is always False.  A text file cannot prove that a line came
+Trust: ``health.provenance_verified`` is always False.  A text file cannot prove that a line came
 from the kernel: anything that can write to the file (or to syslog) can write a look-alike.
 
-Threads: the blocking reads, and ``line_parser`` (which must therefore be thread-safe), run in a
-worker thread, one poll at a time; all file state belongs to that one poll, and the counters are
-applied on the event loop after the batch was emitted, so counters and position agree.
+Threads: the blocking reads, ``line_parser`` and ``reader`` (which must therefore be
+thread-safe), run in a worker thread, one poll at a time; all file state belongs to that one
+poll.  Each poll's counter deltas travel in the batch with its position, so they are applied
+(and saved) together.
+
+The tailer knows files, not fence records (mtail's tailer apart from its programs): it hands a
+:class:`TailBatch` of parsed records to ``emit``; the file source (file.py) reads them into
+write events with ``reader`` inside the same worker call.
 """
 
 from __future__ import annotations
@@ -43,12 +48,14 @@ import glob
 import hashlib
 import os
 import stat
-from collections.abc import Callable
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from alarm.collectors.base import Batch, Emit, SourceStats
-from alarm.records import KernelRecord
+from alarm.collectors.kernel.records import KernelRecord
+from alarm.events import SourceHealth
 
 HEAD_BYTES = 1024  # fingerprint length: enough to tell logs apart, cheap to re-read every poll
 READ_CHUNK = 64 * 1024
@@ -61,6 +68,22 @@ COMPRESSED_SUFFIXES = (".gz", ".xz", ".bz2", ".zst", ".lz4", ".zip", ".Z")
 
 Ident = tuple[int, int]  # (st_dev, st_ino)
 LineParser = Callable[[str], KernelRecord | None]
+
+
+@dataclass(slots=True)
+class TailBatch:
+    """What one poll hands over: records, what ``reader`` made of them, the poll's counter
+    deltas and the position after it."""
+
+    records: list[KernelRecord]
+    read: Any
+    counts: dict[str, int]
+    position: dict[str, Any]
+    more: bool  # the poll's budget ran out with data left
+    last_ts: float
+
+
+TailEmit = Callable[[TailBatch], Awaitable[None]]
 
 
 def _fingerprint(head: bytes) -> str:
@@ -109,6 +132,18 @@ class _Poll:
     last_error: str = ""
     position: dict[str, Any] = field(default_factory=dict)
     more: bool = False  # the budget ran out with data left: poll again without sleeping
+    read_result: Any = None  # what the tailer's reader made of the records
+
+    def counts(self) -> dict[str, int]:
+        counts = {
+            "records_read": self.read,
+            "parse_errors": self.parse_errors,
+            "records_lost": self.lost,
+            "truncations": self.truncations,
+            "rotations": self.rotations,
+            **self.extra,
+        }
+        return {k: n for k, n in counts.items() if n}
 
     def count(self, key: str, n: int = 1) -> None:
         self.extra[key] = self.extra.get(key, 0) + n
@@ -130,23 +165,25 @@ class FileTailCollector:
         paths: list[str],
         line_parser: LineParser,
         position: dict[str, Any] | None = None,
-        kind: str = "egress",
         poll_interval: float = 0.25,
         max_line_bytes: int = 1 << 20,
         batch_lines: int = 5000,
         start_at_end_for_new_files: bool = False,
+        reader: Callable[[list[KernelRecord]], Any] | None = None,
     ) -> None:
         if max_line_bytes < 1 or batch_lines < 1:
             raise ValueError("max_line_bytes and batch_lines must be positive")
         self.name = name
-        self.kind = kind
         self.paths = list(paths)
         self.line_parser = line_parser
+        self.reader = reader
         self.poll_interval = poll_interval
         self.max_line_bytes = max_line_bytes
         self.batch_lines = batch_lines
         self.start_at_end_for_new_files = start_at_end_for_new_files
-        self.stats = SourceStats(provenance_verified=False)
+        self.health = SourceHealth(provenance_verified=False)
+        # Counts since this process started (each poll's deltas also travel in its batch).
+        self.totals: Counter[str] = Counter()
         # Last position emitted (or the one given): a rerun of ``run`` resumes from it.
         self.position: dict[str, Any] | None = position
         self._files: dict[Ident, _File] = {}
@@ -156,17 +193,18 @@ class FileTailCollector:
         self._inflight: asyncio.Future[_Poll] | None = None
 
     # -- event loop side ---------------------------------------------------------------
-    async def run(self, emit: Emit) -> None:
-        self.stats.up = True
+    async def run(self, emit: TailEmit) -> None:
+        self.health.up = True
         try:
             while True:
                 if not await self.poll(emit):
                     await asyncio.sleep(self.poll_interval)
         finally:
-            self.stats.up = False
+            self.health.up = False
+            self.health.caught_up = False
             await self.close()
 
-    async def poll(self, emit: Emit) -> bool:
+    async def poll(self, emit: TailEmit) -> bool:
         """One poll: read what the files hold now, emit at most one batch (only when there are
         records or the position moved).  True when more data is ready right away."""
         if self._inflight is not None:
@@ -181,9 +219,13 @@ class FileTailCollector:
         finally:
             if fut.done():
                 self._inflight = None
-        if res.records or res.position != self.position:
+        counts = res.counts()
+        if res.records or counts or res.position != self.position:
+            batch = TailBatch(
+                res.records, res.read_result, counts, res.position, res.more, res.last_ts
+            )
             try:
-                await emit(Batch(res.records, res.position))
+                await emit(batch)
             except BaseException:
                 # Not counted (or not known to be): forget what we read past the position.
                 await self.close()
@@ -219,18 +261,13 @@ class FileTailCollector:
         self._inflight = None
 
     def _apply(self, res: _Poll) -> None:
-        s = self.stats
-        s.records_read += res.read
-        s.parse_errors += res.parse_errors
-        s.records_lost += res.lost
-        s.truncations += res.truncations
-        s.rotations += res.rotations
-        for key, n in res.extra.items():
-            s.extra[key] = s.extra.get(key, 0) + n
+        self.totals.update(res.counts())
+        h = self.health
         # max: reading an old rotated file must not make the source look stale.
-        s.last_record_ts = max(s.last_record_ts, res.last_ts)
+        h.last_record_ts = max(h.last_record_ts, res.last_ts)
+        h.caught_up = not res.more
         if res.last_error:
-            s.last_error = res.last_error
+            h.failed(res.last_error, time.time())
 
     # -- worker thread -----------------------------------------------------------------
     def _poll_files(self) -> _Poll:
@@ -300,6 +337,8 @@ class FileTailCollector:
                 self._remember(path, ident)
         res.position = self._position()
         self._cold = False
+        if self.reader is not None:
+            res.read_result = self.reader(res.records)
         return res
 
     def _scan(self, res: _Poll) -> dict[str, os.stat_result]:

@@ -1,5 +1,6 @@
 """Synthetic fence traffic from a script of phases: for the demo and for tests of the service
-without a kernel.  It proves nothing about provenance (``provenance_verified`` is False)."""
+without a kernel.  It proves nothing about provenance (``provenance_verified`` is False).  Its
+lines go through the same fence reader as the kernel's."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import random
 import time
 from dataclasses import dataclass
 
-from alarm.collectors.base import Batch, Emit, SourceStats
-from alarm.records import KernelRecord
+from alarm.collectors.kernel.fence import FenceReader
+from alarm.collectors.kernel.records import KernelRecord
+from alarm.events import Batch, Emit, SourceHealth
 
 
 @dataclass(slots=True, frozen=True)
@@ -37,8 +39,6 @@ def fence_line(prefix: str, dst: str, dport: int, proto: str, length: int, sport
 
 
 class SyntheticCollector:
-    kind = "egress"
-
     def __init__(
         self,
         name: str,
@@ -46,16 +46,19 @@ class SyntheticCollector:
         prefix: str = "EGRESS_FENCE",
         interval: float = 0.1,
         seed: int = 1,
+        tick: float = 1.0,
     ):
         self.name = name
         self.flows = flows
         self.prefix = prefix
         self.interval = interval
-        self.stats = SourceStats()
+        self.health = SourceHealth()
+        self.reader = FenceReader((prefix,), require_trusted=False, tick=tick)
         self._rng = random.Random(seed)
 
     async def run(self, emit: Emit) -> None:
-        self.stats.up = True
+        self.health.up = True
+        self.health.caught_up = True
         start = time.time()
         carry = [0.0] * len(self.flows)
         try:
@@ -82,8 +85,10 @@ class SyntheticCollector:
                         )
                         records.append(KernelRecord(ts=now, message=line))
                 if records:
-                    self.stats.records_read += len(records)
-                    self.stats.last_record_ts = now
-                    await emit(Batch(records))
+                    read = self.reader.read(records)
+                    counts = {"records_read": len(records), "parse_errors": read.parse_errors}
+                    await emit(Batch(read.events, counts, watermark=now))
+                    self.health.last_record_ts = now
         finally:
-            self.stats.up = False
+            self.health.up = False
+            self.health.caught_up = False

@@ -28,11 +28,17 @@ from typing import Any
 
 import numpy as np
 
-from alarm.kernel_formats import parse_journal_json, rfc3339_time, syslog_time
-from alarm.netfilter import NET_SKIP, OWNER, FenceParseError, canonical_ip, parse_fence
+from alarm.collectors.kernel.formats import parse_journal_json, rfc3339_time, syslog_time
+from alarm.collectors.kernel.netfilter import (
+    NET_SKIP,
+    OWNER,
+    FenceParseError,
+    canonical_ip,
+    parse_fence,
+)
 
-try:  # the native one-pass scanner (alarm/_fastscan.c), built by pip where a compiler is
-    from alarm import _fastscan as _native
+try:  # the native one-pass scanner (alarm/collectors/kernel/_fastscan.c), built by pip where a compiler is
+    from alarm.collectors.kernel import _fastscan as _native
 except ImportError:  # pragma: no cover - exercised where the extension was not built
     _native = None
 
@@ -45,7 +51,7 @@ _NATIVE_FORMATS = {"syslog": 0, "kmsg": 1, "dmesg": 2}
 
 # Record headers, each starting at the "\n" before the line (_findall gives the first line
 # one), so the regex engine's literal-prefix search jumps from line to line in C.  They follow
-# the header regexes of alarm.kernel_formats exactly, without quantified groups ("(?:x)?"
+# the header regexes of alarm.collectors.kernel.formats exactly, without quantified groups ("(?:x)?"
 # allocates a repeat context per attempt in Python's engine; "(?:x|)" does not).
 _HEADERS = {
     # RFC3164 stamp | RFC3339 seconds, fraction, zone; host; the "kernel:" tag; kernel uptime.

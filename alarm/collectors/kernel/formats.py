@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
-from alarm.records import KernelRecord
+from alarm.collectors.kernel.records import KernelRecord
 
 FORMATS = ("kmsg", "dmesg", "syslog", "journal-json", "events-jsonl")
 

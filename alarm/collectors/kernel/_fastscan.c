@@ -1073,7 +1073,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     .m_base = PyModuleDef_HEAD_INIT,
-    .m_name = "alarm._fastscan",
+    .m_name = "alarm.collectors.kernel._fastscan",
     .m_doc = "Native one-pass fence-line scanner (see alarm/fastscan.py).",
     .m_size = -1,
     .m_methods = methods,

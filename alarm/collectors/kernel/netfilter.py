@@ -38,7 +38,7 @@ from functools import lru_cache
 
 MAX_LINE = 64 * 1024  # the kernel's LOG buffer is 1 KiB; anything this long is not its output
 
-# Shared with alarm.fastscan, which must read a line exactly as parse_fence does.  Written
+# Shared with alarm.collectors.kernel.fastscan, which must read a line exactly as parse_fence does.  Written
 # for Python's regex engine: no quantified groups ("(?:x)?" allocates a repeat context per
 # attempt; "(?:x|)" does not), and the kernel's usual layouts tried before the general case.
 #

@@ -1,0 +1,224 @@
+"""Event time: which tick an event counts in, and when a tick may be evaluated.
+
+An event counts in the tick its own timestamp falls in (``floor(ts / tick)``), however late it
+is read.  Ticks are evaluated in order, each once.  A tick closes when every source that holds
+it open is past its end:
+
+- a source's *watermark* is the largest ``Batch.watermark`` it handed over ("every event
+  stamped before this has been handed over"); a source that is *caught up* (it read everything
+  it could) is taken to be at ``now - grace`` — events still in flight get ``grace``;
+- a source holds ticks open only while its watermark keeps moving: one that is down, or up but
+  stuck, for ``lateness`` of wall-clock time stops holding them (the others must not go
+  unjudged because one is blind — its blindness is the ``source_down`` alarm);
+- with no source holding ticks open, ticks close at ``now - lateness``.
+
+An event for a tick already evaluated (late), or older than ``max_backlog``, counts in the first
+open tick and in ``late_events``; one stamped more than a tick ahead of ``now`` counts now
+(``future_events``).  So a backlog read at start — a kern.log with two hours in it, the ring
+buffer after a restart — is evaluated tick by tick on its own timestamps, as the backtest does,
+and never lands in one tick.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from alarm.events import SourceHealth
+
+
+@dataclass(slots=True)
+class Cells:
+    """What is counted in one open tick so far: per cell a surface row and its sums."""
+
+    rows: list[np.ndarray] = field(default_factory=list)
+    nbytes: list[np.ndarray] = field(default_factory=list)
+    events: list[np.ndarray] = field(default_factory=list)
+    capacity: list[np.ndarray] = field(default_factory=list)
+    size: int = 0
+
+    def add(self, rows: np.ndarray, b: np.ndarray, e: np.ndarray, c: np.ndarray) -> None:
+        self.rows.append(rows)
+        self.nbytes.append(b)
+        self.events.append(e)
+        self.capacity.append(c)
+        self.size += len(rows)
+
+    def sums(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Dense per-row (bytes, events, capacity bytes) for a table of ``n`` rows."""
+        if not self.rows:
+            z = np.zeros(n)
+            return z, z.copy(), z.copy()
+        rows = np.concatenate(self.rows)
+        return tuple(  # type: ignore[return-value]
+            np.bincount(rows, weights=np.concatenate(col), minlength=n)
+            for col in (self.nbytes, self.events, self.capacity)
+        )
+
+    def compact(self, n: int) -> None:
+        """Fold the chunks into one cell per row that wrote (bounds memory per tick)."""
+        b, e, c = self.sums(n)
+        rows = np.flatnonzero((b > 0) | (e > 0) | (c > 0))
+        self.rows = [rows]
+        self.nbytes, self.events, self.capacity = [b[rows]], [e[rows]], [c[rows]]
+        self.size = len(rows)
+
+
+@dataclass(slots=True)
+class SourceClock:
+    watermark: float = -math.inf
+    advanced_at: float = 0.0  # wall (or simulated) time the watermark last moved
+
+
+class EventClock:
+    """Open ticks and source watermarks; decides what can be closed."""
+
+    def __init__(self, tick: float, grace: float, lateness: float, max_backlog: float):
+        self.tick = tick
+        self.grace = grace
+        self.lateness = lateness
+        self.max_backlog = max_backlog
+        self.next_index: int | None = None  # the first tick not yet evaluated
+        self.open: dict[int, Cells] = {}
+        self.sources: dict[str, SourceClock] = {}
+
+    # -- sources -----------------------------------------------------------------------
+    def attach(self, name: str, now: float) -> None:
+        self.sources.setdefault(name, SourceClock(advanced_at=now))
+
+    def detach(self, name: str) -> None:
+        self.sources.pop(name, None)
+
+    def advance(self, name: str, watermark: float | None, now: float) -> None:
+        clock = self.sources.get(name)
+        if clock is None:
+            clock = self.sources[name] = SourceClock(advanced_at=now)
+        if watermark is not None and watermark > clock.watermark:
+            clock.watermark = watermark
+            clock.advanced_at = now
+
+    def closable_end(self, now: float, health: Mapping[str, SourceHealth]) -> float:
+        """Up to where ticks may be evaluated at ``now``."""
+        holding: list[float] = []
+        for name, clock in self.sources.items():
+            h = health.get(name)
+            if h is not None and h.up and h.caught_up:
+                # Caught up: its events up to now (less what is still in flight) are in.
+                if now - self.grace > clock.watermark:
+                    clock.watermark = now - self.grace
+                    clock.advanced_at = now
+                holding.append(clock.watermark)
+            elif now - clock.advanced_at < self.lateness:
+                holding.append(clock.watermark)
+        return min(holding) if holding else now - self.lateness
+
+    # -- cells -------------------------------------------------------------------------
+    def place(self, ts: np.ndarray, now: float | None) -> tuple[np.ndarray, int, int]:
+        """The tick index of each event, with late and future ones moved; returns (indices,
+        late, future).  ``now`` None: a replay, nothing is in the future.  Before the first
+        tick is evaluated nothing is late: where evaluation starts is decided then
+        (``begin``), from the earliest event every source has handed over by that time."""
+        idx = np.floor(ts / self.tick).astype(np.int64)
+        future = 0
+        if now is not None:
+            ahead = idx > math.floor(now / self.tick) + 1
+            future = int(ahead.sum())
+            if future:
+                idx[ahead] = math.floor(now / self.tick)
+        late = 0
+        if self.next_index is not None:
+            behind = idx < self.next_index
+            late = int(behind.sum())
+            if late:
+                idx[behind] = self.next_index
+        return idx, late, future
+
+    def begin(self, end: float, now: float | None) -> int:
+        """Fix where evaluation starts (first call) and keep it within ``max_backlog`` of
+        ``now``; returns the events of ticks that will not be evaluated (counted late)."""
+        if self.next_index is None:
+            self.next_index = min([math.floor(end / self.tick), *self.open])
+        if now is None:
+            return 0
+        floor = math.floor((now - self.max_backlog) / self.tick)
+        return self.skip_to(floor) if floor > self.next_index else 0
+
+    def skip_to(self, index: int) -> int:
+        """Ticks before ``index`` will not be evaluated; what they hold moves to ``index``.
+        Returns the number of cells moved."""
+        moved = 0
+        for i in [i for i in self.open if i < index]:
+            cells = self.open.pop(i)
+            moved += cells.size
+            target = self.open.setdefault(index, Cells())
+            for cols in zip(cells.rows, cells.nbytes, cells.events, cells.capacity, strict=True):
+                target.add(*cols)
+        self.next_index = index
+        return moved
+
+    def add(
+        self, idx: np.ndarray, rows: np.ndarray, b: np.ndarray, e: np.ndarray, c: np.ndarray
+    ) -> None:
+        order = np.argsort(idx, kind="stable")
+        idx, rows, b, e, c = idx[order], rows[order], b[order], e[order], c[order]
+        ticks, starts = np.unique(idx, return_index=True)
+        ends = [*starts[1:].tolist(), len(idx)]
+        for t, s, end in zip(ticks.tolist(), starts.tolist(), ends, strict=True):
+            self.open.setdefault(t, Cells()).add(rows[s:end], b[s:end], e[s:end], c[s:end])
+
+    @property
+    def cells(self) -> int:
+        return sum(c.size for c in self.open.values())
+
+    def take(self, index: int) -> Cells:
+        self.next_index = index + 1
+        return self.open.pop(index, None) or Cells()
+
+    # -- state -------------------------------------------------------------------------
+    def to_state(self, n: int) -> dict[str, Any]:
+        ticks = {}
+        for i, cells in self.open.items():
+            cells.compact(n)
+            ticks[str(i)] = [
+                cells.rows[0].tolist(),
+                cells.nbytes[0].tolist(),
+                cells.events[0].tolist(),
+                cells.capacity[0].tolist(),
+            ]
+        return {
+            "tick": self.tick,
+            "next_index": self.next_index,
+            "open": ticks,
+            "watermarks": {
+                n: c.watermark for n, c in self.sources.items() if math.isfinite(c.watermark)
+            },
+        }
+
+    def load_state(self, state: dict[str, Any], rows_map: np.ndarray, now: float) -> None:
+        """``rows_map``: saved row -> current row (-1: the surface is gone; its open cells with
+        it).  A state saved with another tick length is not used."""
+        if not isinstance(state, dict) or state.get("tick") != self.tick:
+            return
+        nxt = state.get("next_index")
+        self.next_index = int(nxt) if isinstance(nxt, int) else None
+        for key, cols in (state.get("open") or {}).items():
+            try:
+                rows = np.asarray(cols[0], dtype=np.int64)
+                keep = (rows >= 0) & (rows < len(rows_map))
+                mapped = rows_map[rows[keep]]
+                ok = mapped >= 0
+                cells = Cells()
+                cells.add(
+                    mapped[ok],
+                    *(np.asarray(c, dtype=np.float64)[keep][ok] for c in cols[1:4]),
+                )
+                self.open[int(key)] = cells
+            except (TypeError, ValueError, IndexError):
+                continue
+        for name, wm in (state.get("watermarks") or {}).items():
+            if isinstance(wm, int | float):
+                self.sources[str(name)] = SourceClock(float(wm), now)

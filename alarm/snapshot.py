@@ -1,0 +1,62 @@
+"""What the exporters read: a copy of the pipeline's figures at one moment, plain data only, so
+that rendering (/metrics, the API, the status page) happens off the pipeline thread without
+locks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from alarm.events import SourceHealth
+
+
+@dataclass(slots=True)
+class SurfaceView:
+    kind: str
+    name: str
+    bytes_total: int
+    events_total: int
+    rate: float
+    events_rate: float
+    baseline: float
+    threshold: float
+    baseline_ready: bool
+    capacity_bps: float
+    budget_excess: float
+    budget_allowance: float
+    budget_tolerance: float
+    spike_state: int
+    budget_state: int
+    contributors: list[tuple[str, int]]
+    contributors_error: int
+    # Every budget horizon: (name, allowance bit/s, tolerance bits, excess bits).
+    budget_horizons: list[tuple[str, float, float, float]] = field(default_factory=list)
+    seasonal_ratio: float = 0.0
+    seasonal_judged: bool = False
+    drop_state: int | None = None  # None: the drop rule is off for this surface
+    beacon_state: int | None = None  # None: the beacon rule is off for this surface
+
+
+@dataclass(slots=True)
+class SourceView:
+    name: str
+    type: str  # the type it runs as (``auto`` shows as kmsg or journald)
+    kind: str
+    health: SourceHealth
+    counters: dict[str, int]
+    declared: list[str]  # the counters its type declares, exported even at 0
+    watermark: float = 0.0  # event time up to which it has handed everything over
+
+
+@dataclass(slots=True)
+class Snapshot:
+    taken_at: float
+    tick: float
+    ticks: int
+    last_tick_end: float
+    last_tick_seconds: float
+    surfaces: list[SurfaceView]
+    sources: list[SourceView]
+    source_alerts: list[tuple[str, str, int]]  # source, rule, state
+    unknown_surface_events: int
+    open_ticks: int = 0
+    backlog_skipped: int = 0
