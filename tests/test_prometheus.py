@@ -28,6 +28,15 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+def panels(dashboard: dict) -> list[dict]:
+    """Every panel, those inside collapsed rows too."""
+    out = []
+    for panel in dashboard["panels"]:
+        out.append(panel)
+        out += panel.get("panels", [])
+    return out
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -117,14 +126,26 @@ async def test_prometheus_scrapes_exact_bytes_and_promtool_is_clean(tmp_path):
             assert src_up[0]["value"][1] == "1"
 
             # Every dashboard query runs; the per-surface panels have data for our surface.
-            dashboard = json.loads((ROOT / "dashboards/capalarm.json").read_text())
-            for panel in dashboard["panels"]:
-                for target in panel["targets"]:
-                    expr = target["expr"].replace("$instance", ".*").replace("$surface", ".*")
-                    body = await asyncio.to_thread(query, expr, True)
-                    assert body["status"] == "success", (panel["title"], expr, body)
-                    if "capalarm_surface_" in expr and "rate(" not in expr:
-                        assert body["data"]["result"], (panel["title"], expr)
+            variables = {
+                "$__rate_interval": "1m",
+                "$__range": "1h",
+                "$job": "capalarm",
+                "$instance": ".*",
+                "$kind": ".*",
+                "$surface": "proxy",
+            }
+            for name in ("capalarm-overview.json", "capalarm-surface.json"):
+                dashboard = json.loads((ROOT / "dashboards" / name).read_text())
+                for panel in panels(dashboard):
+                    for target in panel.get("targets", []):
+                        expr = target["expr"]
+                        for var, value in variables.items():
+                            expr = expr.replace(var, value)
+                        body = await asyncio.to_thread(query, expr, True)
+                        assert body["status"] == "success", (panel["title"], expr, body)
+                        # A plain per-surface series must have our surface's data.
+                        if expr.startswith("capalarm_surface_") and "surface=" in expr:
+                            assert body["data"]["result"], (panel["title"], expr)
         finally:
             prom.terminate()
             prom.wait(10)
