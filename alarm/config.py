@@ -25,6 +25,7 @@ from pydantic import (
 
 from alarm.classify import EgressMatch, FsMatch, RegistryMatch
 from alarm.collectors import SOURCE_TYPES
+from alarm.collectors.registry import API_TAGS
 from alarm.notify_config import NotificationsConfig
 from alarm.settings import (
     NAME_PATTERN,
@@ -266,7 +267,7 @@ SourceConfig = Annotated[
     Discriminator(_tag("type", "auto")),
 ]
 # Tags pydantic puts in error locations, which are not keys the user wrote.
-_UNION_TAGS = frozenset({*SURFACE_KINDS, *SOURCE_TYPES})
+_UNION_TAGS = frozenset({*SURFACE_KINDS, *SOURCE_TYPES, *API_TAGS})
 
 
 class EventTime(Strict):

@@ -1,0 +1,321 @@
+"""The HTTP side of every registry adapter: one client per registry, patient and suspicious.
+
+- **Bounded bodies.**  A body is read as a stream and abandoned past ``max_response_bytes``
+  (``oversized_responses``); a ``Content-Length`` above the cap is refused before any of it is
+  read, so a 2 GB (or endless) body costs one cap of memory at most.  Decompression happens
+  before the count, so a gzip bomb is capped the same way.
+- **Timeouts.**  Each attempt has a total deadline (connect to last byte, aiohttp
+  ``ClientTimeout(total=...)``): a server that drips one byte a second is cut off (``timeouts``).
+- **Retries** of idempotent requests (GET, HEAD) on connection errors, timeouts, 5xx and 429,
+  with full-jitter exponential backoff (the AWS Architecture Blog's "Exponential Backoff And
+  Jitter").  ``Retry-After`` on 429/503 is honoured (RFC 9110 §10.2.3: delay-seconds or an
+  HTTP-date); one longer than ``max_retry_after`` ends the poll with :class:`RetryLater`, so the
+  next poll waits as asked instead of hammering.
+- **Conditional requests** (RFC 9110 §13.1): ``If-None-Match`` / ``If-Modified-Since`` from the
+  validators the caller kept; a 304 is returned as such, with no body.
+- **Credentials** go only to the registry's own origin (scheme, host, port: RFC 6454).
+  Redirects are followed by hand so that a redirect to another origin is followed *without*
+  them (``credentials_withheld``); the secret is held as ``SecretStr`` and never formatted
+  into a message.
+- **TLS** is always verified: the system store, or ``ca_file`` for a private CA.
+- **Concurrency**: at most ``concurrency`` requests in flight to one registry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import random
+import ssl
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import aiohttp
+from multidict import CIMultiDict, CIMultiDictProxy
+from pydantic import SecretStr
+
+from alarm.collectors.registry.settings import RegistryBase
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+MAX_REDIRECTS = 5
+BACKOFF_BASE = 0.5  # seconds: the first retry waits up to this, each next one up to twice as long
+BACKOFF_CAP = 10.0
+USER_AGENT = "capalarm-registry-poller/1"
+# Bodies larger than this are parsed in a worker thread (about 10 ms of json.loads).
+PARSE_OFF_LOOP_BYTES = 1024 * 1024
+
+COUNTERS: dict[str, str] = {
+    "http_errors": "Requests that failed: connection errors and error statuses (each attempt).",
+    "timeouts": "Request attempts cut off by the per-request timeout (slow or hung servers).",
+    "rate_limited": "429 Too Many Requests answers.",
+    "retries": "Request attempts retried after a failure.",
+    "oversized_responses": "Bodies over max_response_bytes, abandoned unread.",
+    "garbage_responses": "Bodies that were not what the API documents (bad JSON, wrong shape).",
+    "credentials_withheld": "Redirects to another origin, followed without the credentials.",
+}
+
+
+class PollError(Exception):
+    """A poll cannot complete.  The message names the URL and what went wrong, never a
+    secret."""
+
+
+class RetryLater(PollError):
+    """The server asked to be left alone until ``not_before`` (unix s)."""
+
+    def __init__(self, message: str, not_before: float):
+        super().__init__(message)
+        self.not_before = not_before
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.scheme, (parts.hostname or "").lower(), port
+
+
+def retry_after_seconds(value: str | None, now: float) -> float | None:
+    """RFC 9110 §10.2.3: ``Retry-After: 120`` or ``Retry-After: <HTTP-date>``."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+def safe_url(url: str) -> str:
+    """The URL without userinfo and query (a query may carry a token), for messages."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"[:300]
+
+
+@dataclass(slots=True)
+class Reply:
+    status: int
+    url: str  # after redirects
+    headers: CIMultiDictProxy[str]
+    body: bytes
+
+    def json(self) -> Any:
+        """The body as JSON; anything else is a :class:`PollError` (garbage)."""
+        try:
+            return json.loads(self.body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise GarbageResponse(f"{safe_url(self.url)}: not JSON ({exc})") from None
+
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+    @property
+    def validator(self) -> dict[str, str]:
+        """What a conditional request for the same URL sends back (RFC 9110 §8.8)."""
+        out = {}
+        if etag := self.headers.get("ETag"):
+            out["etag"] = etag
+        if modified := self.headers.get("Last-Modified"):
+            out["modified"] = modified
+        return out
+
+
+class GarbageResponse(PollError):
+    """A body that is not what the API documents."""
+
+
+class RegistryClient:
+    """The aiohttp session of one registry source, with its policy.  Counters go into
+    ``counts`` (the poller hands them over with each batch)."""
+
+    def __init__(
+        self,
+        settings: RegistryBase,
+        counts: Counter[str],
+        authorization: tuple[str, SecretStr] | None = None,
+        rng: random.Random | None = None,
+    ):
+        self.settings = settings
+        self.counts = counts
+        self.authorization = authorization
+        self.home = origin(settings.url)
+        self.rng = rng or random.Random()
+        self.limit = asyncio.Semaphore(settings.concurrency)
+        self.session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> RegistryClient:
+        ctx = ssl.create_default_context(cafile=self.settings.ca_file)
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=ctx, limit=self.settings.concurrency),
+            headers={"User-Agent": USER_AGENT},
+            # Cookies are state a hostile server could grow; no API here needs them.
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    async def get(
+        self,
+        url: str,
+        *,
+        method: str = "GET",
+        headers: dict[str, str] | None = None,
+        validator: dict[str, str] | None = None,
+        ok: frozenset[int] = frozenset({200}),
+        max_bytes: int | None = None,
+        data: bytes | None = None,
+    ) -> Reply:
+        """One idempotent request (GET, HEAD, or a read-only query POSTed) with retries.  Returns a reply whose status is in ``ok``
+        (or 304 when a validator was sent); raises :class:`PollError` otherwise."""
+        sent = dict(headers or {})
+        if validator:
+            if "etag" in validator:
+                sent["If-None-Match"] = validator["etag"]
+            if "modified" in validator:
+                sent["If-Modified-Since"] = validator["modified"]
+            ok = ok | {304}
+        attempts = self.settings.retries + 1
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            try:
+                reply = await self._follow(method, url, sent, max_bytes, data)
+            except TimeoutError:
+                self.counts["timeouts"] += 1
+                if last:
+                    raise PollError(f"{safe_url(url)}: timed out after {attempts} tries") from None
+            except aiohttp.ClientError as exc:
+                self.counts["http_errors"] += 1
+                if last:
+                    raise PollError(f"{safe_url(url)}: {type(exc).__name__}") from None
+            else:
+                if reply.status in ok:
+                    return reply
+                self.counts["http_errors"] += 1
+                if reply.status not in RETRY_STATUSES:
+                    raise PollError(f"{safe_url(url)}: HTTP {reply.status}")
+                wait = None
+                if reply.status in (429, 503):
+                    if reply.status == 429:
+                        self.counts["rate_limited"] += 1
+                    now = time.time()
+                    wait = retry_after_seconds(reply.headers.get("Retry-After"), now)
+                    if wait is not None and (wait > self.settings.max_retry_after or last):
+                        raise RetryLater(
+                            f"{safe_url(url)}: HTTP {reply.status}, Retry-After {wait:.0f}s",
+                            now + wait,
+                        )
+                if last:
+                    raise PollError(f"{safe_url(url)}: HTTP {reply.status} after {attempts} tries")
+                if wait is not None:
+                    self.counts["retries"] += 1
+                    await asyncio.sleep(wait)
+                    continue
+            self.counts["retries"] += 1
+            await asyncio.sleep(self.rng.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2**attempt)))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def get_json(self, url: str, **kw: Any) -> tuple[Reply, Any]:
+        """``get``, and the body as JSON (None on a 304); a body that is not JSON is a
+        :class:`GarbageResponse` (counted where it is caught: the poller, or an adapter
+        that carries on without it)."""
+        reply = await self.get(url, **kw)
+        if reply.status == 304:
+            return reply, None
+        if len(reply.body) > PARSE_OFF_LOOP_BYTES:
+            return reply, await asyncio.to_thread(reply.json)
+        return reply, reply.json()
+
+    async def probe(self, url: str) -> tuple[int | None, float | None]:
+        """HEAD: the size (Content-Length) and Last-Modified of a file, or None where the
+        server does not say or the request failed (already counted)."""
+        try:
+            reply = await self.get(url, method="HEAD")
+        except RetryLater:
+            raise
+        except PollError:
+            return None, None
+        size = reply.headers.get("Content-Length")
+        modified = reply.headers.get("Last-Modified")
+        when = None
+        if modified:
+            try:
+                when = email.utils.parsedate_to_datetime(modified).timestamp()
+            except (TypeError, ValueError):
+                when = None
+        return (int(size) if size and size.isdigit() else None), when
+
+    async def _follow(
+        self,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        max_bytes: int | None,
+        data: bytes | None = None,
+    ) -> Reply:
+        """One attempt, following redirects by hand (credentials only to the home origin)."""
+        for _ in range(MAX_REDIRECTS + 1):
+            sent = dict(headers)
+            if self.authorization is not None and origin(url) == self.home:
+                name, value = self.authorization
+                sent[name] = value.get_secret_value()
+            reply = await self._once(method, url, sent, max_bytes, data)
+            if reply.status in (303,) or (reply.status in (301, 302) and method == "POST"):
+                method, data = "GET", None  # RFC 9110 §15.4.4: a 303 is followed by GET
+            location = reply.headers.get("Location")
+            if reply.status not in REDIRECT_STATUSES or not location:
+                return reply
+            target = urljoin(url, location)
+            if urlsplit(target).scheme not in ("http", "https"):
+                raise PollError(f"{safe_url(url)}: redirect to a non-HTTP URL")
+            if self.authorization is not None and origin(target) != self.home:
+                self.counts["credentials_withheld"] += 1
+            url = target
+        raise PollError(f"{safe_url(url)}: more than {MAX_REDIRECTS} redirects")
+
+    async def _once(
+        self,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        max_bytes: int | None,
+        data: bytes | None,
+    ) -> Reply:
+        assert self.session is not None, "use the client as an async context manager"
+        cap = max_bytes or self.settings.max_response_bytes
+        timeout = aiohttp.ClientTimeout(total=self.settings.timeout)
+        async with (
+            self.limit,
+            self.session.request(
+                method, url, headers=headers, data=data, allow_redirects=False, timeout=timeout
+            ) as resp,
+        ):
+            declared = resp.content_length
+            if method == "HEAD" or resp.status in REDIRECT_STATUSES or resp.status == 304:
+                body = b""
+            elif declared is not None and declared > cap:
+                self.counts["oversized_responses"] += 1
+                raise PollError(f"{safe_url(url)}: body of {declared} bytes over the {cap} cap")
+            else:
+                buf = bytearray()
+                async for chunk in resp.content.iter_chunked(64 * 1024):
+                    buf += chunk
+                    if len(buf) > cap:
+                        self.counts["oversized_responses"] += 1
+                        raise PollError(f"{safe_url(url)}: body over the {cap} byte cap")
+                body = bytes(buf)
+            return Reply(
+                resp.status, str(resp.url), CIMultiDictProxy(CIMultiDict(resp.headers)), body
+            )

@@ -1,0 +1,321 @@
+"""The one poller every registry adapter runs under: schedule, first-poll learning, event time,
+batches, proof of sight.
+
+An adapter knows one API; each poll it is handed a :class:`Cycle` and reports what it found
+(``cycle.found``), what it now knows (``cycle.index``, ledger rows) and where it is
+(``cycle.state``, a small JSON dict saved in the source's position).  The poller does the rest:
+
+- **First poll learns.**  On a first start (no saved position, or one saved for another API
+  or URL) the first complete poll records the registry's current state without counting it
+  (``baseline_artifacts``): no alarm storm at start.
+- **Event time.**  An artifact counts at its own upload time where the API gives one, clamped
+  into [start of the previous complete poll, now]: after a restart the saved start of the last
+  poll is the lower bound, so uploads made while the service was down are counted at their
+  own times in the outage window; in steady state nothing lands in a tick that has already
+  closed; a registry clock ahead of ours is cut back to now.  Without an upload time, now.
+- **Batches** carry events, counter deltas, ledger rows and (with them) the adapter's state,
+  so a crash between two batches neither loses nor repeats an artifact.  Big polls are handed
+  over in chunks (``checkpoint``).
+- **Proof of sight.**  ``health.last_success_at`` at the end of every complete poll, ``up``
+  and ``caught_up`` with it, ``watermark`` = the poll's start (every upload before it has been
+  seen); a failed poll is ``health.failed`` and ``up = False``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from alarm.classify.patterns import Pattern
+from alarm.collectors.registry.http import GarbageResponse, PollError, RegistryClient, RetryLater
+from alarm.collectors.registry.listing import ArtifactIndex
+from alarm.collectors.registry.settings import RegistryBase
+from alarm.events import Batch, Emit, Event, SourceHealth, WriteEvents
+from alarm.sanitize import sanitize
+
+log = logging.getLogger(__name__)
+
+POSITION_VERSION = 1
+FLUSH_EVENTS = 2000  # events per batch, so a huge first-after-outage poll is handed over in parts
+FLUSH_LEDGER_ROWS = 500
+EVIDENCE_TEXT_LIMIT = 300
+
+COUNTERS: dict[str, str] = {
+    "polls": "Complete polls.",
+    "poll_errors": "Polls that failed (the registry down, hung, lying or over a limit).",
+    "baseline_artifacts": "Artifacts present at the first poll: the starting state, not counted.",
+    "duplicate_items": "Items listed more than once in one poll, counted once.",
+    "listing_shrinks": "Listings that suddenly lost most of what they had: kept, not forgotten.",
+    "listing_truncated": "Listings longer than max_items: the poll failed rather than trust them.",
+    "cursor_regressions": "Change feeds whose cursor went backwards: re-learned, not counted.",
+    "stale_items": "Feed items at or before the saved cursor, skipped (repeats).",
+    "sizes_unknown": "Artifacts whose size the API did not give and HEAD could not learn.",
+    "groups_forgotten": "Packages, images or pages no longer listed, dropped from the index.",
+    "ledger_rows_invalid": "Saved listing rows that could not be read: re-learned.",
+}
+
+
+class Adapter(Protocol):
+    """One registry API."""
+
+    async def poll(self, cycle: Cycle) -> None:
+        """One complete look at the registry.  Raise :class:`PollError` when it cannot be
+        completed; unexpected shapes of data are a :class:`PollError` too (garbage)."""
+        ...
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+
+
+def parse_time(value: Any) -> float | None:
+    """ISO 8601 (``Z`` or an offset; naive is UTC) or unix seconds (or ms when huge)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        ts = float(value)
+        return ts / 1000.0 if ts > 1e11 else ts
+    if not isinstance(value, str) or not value.strip():
+        return None
+    try:
+        dt = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.timestamp()
+
+
+class Cycle:
+    """One poll's working set, as the adapter sees it."""
+
+    def __init__(
+        self,
+        poller: RegistryPoller,
+        client: RegistryClient,
+        emit: Emit,
+        started: float,
+    ):
+        self.poller = poller
+        self.client = client
+        self.settings = poller.settings
+        self.index = poller.index
+        self.state: dict[str, Any] = poller.state
+        self.learning = poller.learning
+        self.counts = poller.counts
+        self.since = poller.since  # start of the previous complete poll (0: none)
+        self.started = started
+        self._emit = emit
+        self._events: list[Event] = []
+
+    def wanted(self, repository: str) -> bool:
+        return self.poller.wanted(repository)
+
+    def stamp(self, uploaded_at: float | None) -> float:
+        now = time.time()
+        if uploaded_at is None:
+            return now
+        return min(max(uploaded_at, self.since or uploaded_at), now)
+
+    def found(
+        self,
+        repository: str,
+        artifact: str,
+        nbytes: int | None,
+        *,
+        label: str,
+        uploaded_at: float | None = None,
+        uploader: str | None = None,
+        capacity: int | None = None,
+        receipt: dict[str, Any] | None = None,
+    ) -> None:
+        """A new artifact, edit or post.  In the learning poll it is only counted as the
+        starting state."""
+        if self.learning:
+            self.counts["baseline_artifacts"] += 1
+            return
+        if nbytes is None:
+            self.counts["sizes_unknown"] += 1
+        size = max(0, int(nbytes or 0))
+        evidence: dict[str, Any] = {
+            "source": self.poller.name,
+            "repository": sanitize(repository, EVIDENCE_TEXT_LIMIT),
+            "artifact": sanitize(artifact, EVIDENCE_TEXT_LIMIT),
+            "bytes": size if nbytes is not None else None,
+            "uploaded_at": iso(uploaded_at),
+        }
+        if uploader:
+            evidence["uploader"] = sanitize(uploader, EVIDENCE_TEXT_LIMIT)
+        for k, v in (receipt or {}).items():
+            if v is not None:
+                evidence[k] = sanitize(v, EVIDENCE_TEXT_LIMIT) if isinstance(v, str) else v
+        contributor = label + (f" by {uploader}" if uploader else "")
+        self._events.append(
+            Event(
+                ts=self.stamp(uploaded_at),
+                key=(repository, artifact),
+                nbytes=size,
+                contributor=sanitize(contributor, EVIDENCE_TEXT_LIMIT),
+                evidence=evidence,
+                capacity=None if capacity is None else max(size, int(capacity)),
+            )
+        )
+
+    async def checkpoint(self, force: bool = False) -> None:
+        """Hand over what was found so far, with the state and ledger rows that go with it,
+        once there is enough of it (or now: ``force``).  Call it only where ``state`` and
+        the index describe exactly the artifacts reported so far."""
+        if (
+            force
+            or len(self._events) >= FLUSH_EVENTS
+            or len(self.index.changed) >= FLUSH_LEDGER_ROWS
+        ):
+            await self.flush(final=False)
+
+    async def flush(self, *, final: bool) -> None:
+        events, self._events = self._events, []
+        await self.poller.hand_over(self._emit, events, final=final, started=self.started)
+
+
+class RegistryPoller:
+    """The collector of one ``type: registry`` source."""
+
+    def __init__(
+        self,
+        settings: RegistryBase,
+        adapter: Adapter,
+        position: dict[str, Any] | None,
+        ledger: Callable[[], Iterable[tuple[str, str]]],
+        authorization: Any = None,
+    ):
+        self.name = settings.name
+        self.settings = settings
+        self.adapter = adapter
+        self.authorization = authorization
+        self.health = SourceHealth()
+        self.counts: Counter[str] = Counter()
+        self.index = ArtifactIndex()
+        self._patterns = tuple(Pattern.compile(p) for p in settings.packages)
+        self.lag = 0.0  # how late the last poll started against its schedule (s)
+        ours = (
+            isinstance(position, dict)
+            and position.get("v") == POSITION_VERSION
+            and position.get("api") == self.api
+            and position.get("url") == settings.url
+        )
+        if ours:
+            assert position is not None
+            self.learning = False
+            self.since = float(position.get("since") or 0.0)
+            self.state = dict(position.get("state") or {})
+            self.not_before = float(position.get("not_before") or 0.0)
+            self.index.load(ledger())
+            self.counts["ledger_rows_invalid"] += self.index.bad_rows
+        else:
+            self.learning = True
+            self.since = 0.0
+            self.state = {}
+            self.not_before = 0.0
+            # Rows saved for another registry or API describe nothing here.
+            for key, _ in ledger():
+                self.index.changed[key] = None
+
+    @property
+    def api(self) -> str:
+        return str(getattr(self.settings, "api", ""))
+
+    def wanted(self, repository: str) -> bool:
+        return not self._patterns or any(p.matches(repository) for p in self._patterns)
+
+    def position(self) -> dict[str, Any]:
+        return {
+            "v": POSITION_VERSION,
+            "api": self.api,
+            "url": self.settings.url,
+            "since": self.since,
+            "not_before": self.not_before,
+            "state": self.state,
+        }
+
+    async def hand_over(
+        self, emit: Emit, events: list[Event], *, final: bool, started: float
+    ) -> None:
+        if final:
+            self.since = started
+        counts = {k: n for k, n in self.counts.items() if n}
+        self.counts.clear()
+        ledger = self.index.take_changes()
+        # Learning polls save no position until complete: a restart mid-way learns again.
+        position = None if (self.learning and not final) else self.position()
+        await emit(
+            Batch(
+                WriteEvents.of("registry", events) if events else None,
+                counts,
+                position,
+                watermark=started if final else None,
+                ledger=ledger or None,
+            )
+        )
+
+    def client(self) -> RegistryClient:
+        """The HTTP client this source polls with (an async context manager)."""
+        return RegistryClient(self.settings, self.counts, self.authorization)
+
+    async def run(self, emit: Emit) -> None:
+        async with self.client() as client:
+            next_at = time.time()
+            while True:
+                wait = max(next_at, self.not_before) - time.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                started = time.time()
+                self.lag = max(0.0, started - next_at)
+                next_at = max(next_at + self.settings.interval, started)
+                await self.poll_once(client, emit, started)
+
+    async def poll_once(self, client: RegistryClient, emit: Emit, started: float) -> bool:
+        cycle = Cycle(self, client, emit, started)
+        try:
+            await self.adapter.poll(cycle)
+        except asyncio.CancelledError:
+            raise
+        except PollError as exc:
+            if isinstance(exc, GarbageResponse):
+                self.counts["garbage_responses"] += 1
+            if isinstance(exc, RetryLater):
+                self.not_before = exc.not_before
+            await self._failed(cycle, str(exc))
+            return False
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+            # A shape of data the adapter did not expect: a lying or broken server.
+            self.counts["garbage_responses"] += 1
+            await self._failed(cycle, f"unexpected data: {type(exc).__name__}")
+            return False
+        self.counts["polls"] += 1
+        await cycle.flush(final=True)
+        self.learning = False
+        now = time.time()
+        self.health.up = True
+        self.health.caught_up = True
+        self.health.last_success_at = now
+        self.health.read_seconds = now - started
+        return True
+
+    async def _failed(self, cycle: Cycle, message: str) -> None:
+        self.counts["poll_errors"] += 1
+        now = time.time()
+        self.health.failed(f"{self.name}: {message}", now)
+        self.health.up = False
+        self.health.caught_up = False
+        self.health.read_seconds = now - cycle.started
+        log.warning("registry source %s: poll failed: %s", self.name, message)
+        # What was found is consistent with the state and index as they stand (adapters
+        # update them together): hand it over, so the next poll does not find it again.
+        await cycle.flush(final=False)

@@ -1,0 +1,344 @@
+"""Hostile and broken registries on loopback: down at start, 500s, 429 with Retry-After, hangs,
+slow drip, garbage, a 2 GB body, endless bodies, repeated and vanishing items, redirects to
+another host, TLS.  Each must end as counted errors and a failed (or completed) poll: never a
+crash, never unbounded memory, never a storm of false "new"."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+import ssl
+import subprocess
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from tests.fakes.server import free_port, serve
+from tests.registries import servers
+from tests.registries.harness import Recorder, collector, poll
+
+BOARD = {"api": "json", "items": "posts", "id": "id", "size": "bytes", "time": "at"}
+
+
+def board_app(state: dict[str, Any]) -> web.Application:
+    """A message board listing ``state['posts']``; ``state['faults']`` is a list of what the
+    next requests get instead (a status, 'hang', 'garbage', ...), consumed in order."""
+
+    async def posts(request: web.Request) -> web.StreamResponse:
+        state["requests"] = state.get("requests", 0) + 1
+        state["auth"].append(request.headers.get("Authorization"))
+        faults = state.setdefault("faults", [])
+        fault = faults.pop(0) if faults else None
+        if isinstance(fault, tuple):  # (status, headers)
+            return web.Response(status=fault[0], headers=fault[1])
+        if isinstance(fault, int):
+            return web.Response(status=fault, text="boom")
+        if fault == "hang":
+            await asyncio.sleep(3600)
+        if fault == "garbage":
+            return web.Response(text='{"posts": [{"id": 1,', content_type="application/json")
+        if fault == "drip":
+            resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+            await resp.prepare(request)
+            for _ in range(100):
+                await resp.write(b" ")
+                await asyncio.sleep(0.2)
+            return resp
+        return web.json_response({"posts": state["posts"]})
+
+    app = web.Application()
+    app.router.add_get("/posts", posts)
+    return app
+
+
+def board(**extra: Any) -> dict[str, Any]:
+    return {"posts": [], "auth": [], **extra}
+
+
+def post(i: int, nbytes: int = 100, at: float | None = None) -> dict[str, Any]:
+    return {"id": i, "bytes": nbytes, "at": time.time() if at is None else at, "body": "x"}
+
+
+async def test_down_at_start_then_up_learns_without_counting() -> None:
+    port = free_port()
+    rec = Recorder()
+    source = collector(rec, **BOARD, url=f"http://127.0.0.1:{port}/posts", retries=0)
+    assert not await poll(source, rec)
+    assert not source.health.up and source.health.errors == 1
+    assert "ClientConnectorError" in source.health.last_error
+    assert rec.counts()["poll_errors"] == 1 and rec.position is None
+
+    state = board(posts=[post(1), post(2)])
+    async with serve(board_app(state), port):
+        assert await poll(source, rec)
+        assert rec.rows() == [] and rec.counts()["baseline_artifacts"] == 2
+        assert source.health.up and source.health.last_success_at > 0
+        state["posts"].append(post(3, 777))
+        rec.clear()
+        assert await poll(source, rec)
+        assert [(r.artifact, r.nbytes) for r in rec.rows()] == [("3", 777)]
+
+
+async def test_500s_are_retried_with_backoff() -> None:
+    state = board(posts=[post(1)], faults=[500, 502])
+    async with serve(board_app(state)) as site:
+        rec = Recorder()
+        source = collector(rec, **BOARD, url=f"{site.base}/posts", retries=2)
+        assert await poll(source, rec)
+        counts = rec.counts()
+        assert counts["retries"] == 2 and counts["http_errors"] == 2 and counts["poll_errors"] == 0
+
+
+async def test_429_retry_after_is_honoured_and_a_long_one_ends_the_poll() -> None:
+    state = board(posts=[post(1)], faults=[(429, {"Retry-After": "1"})])
+    async with serve(board_app(state)) as site:
+        rec = Recorder()
+        source = collector(rec, **BOARD, url=f"{site.base}/posts", retries=1)
+        began = time.monotonic()
+        assert await poll(source, rec)
+        assert time.monotonic() - began >= 0.95, "waited as asked"
+        assert rec.counts()["rate_limited"] == 1
+
+        state["faults"] = [(429, {"Retry-After": "3600"})]
+        rec.clear()
+        assert not await poll(source, rec)
+        assert state["requests"] == 3, "not hammered: one request, then the poll ends"
+        assert source.not_before >= time.time() + 3500
+        assert rec.position is not None and rec.position["not_before"] == source.not_before
+
+
+async def test_hang_and_slow_drip_are_cut_off_by_the_timeout() -> None:
+    state = board(posts=[post(1)], faults=["hang", "drip"])
+    async with serve(board_app(state)) as site:
+        rec = Recorder()
+        source = collector(rec, **BOARD, url=f"{site.base}/posts", retries=1, timeout=0.5)
+        began = time.monotonic()
+        assert not await poll(source, rec)
+        assert time.monotonic() - began < 5
+        assert rec.counts()["timeouts"] == 2 and "timed out" in source.health.last_error
+
+
+async def test_garbage_json_is_a_counted_failed_poll() -> None:
+    state = board(posts=[post(1)], faults=["garbage"])
+    async with serve(board_app(state)) as site:
+        rec = Recorder()
+        source = collector(rec, **BOARD, url=f"{site.base}/posts")
+        assert not await poll(source, rec)
+        assert rec.counts()["garbage_responses"] == 1 and "not JSON" in source.health.last_error
+        assert await poll(source, rec), "the next poll is fine"
+
+
+def huge_app(sent: list[int]) -> web.Application:
+    """A 2 GB body with its length declared, and an endless chunked one; ``sent`` is how many
+    bytes the server managed to write."""
+
+    async def declared(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Length": str(2 * 1024**3)})
+        await resp.prepare(request)
+        chunk = b"[" + b"0," * 32767
+        try:
+            for _ in range(2 * 1024**3 // len(chunk)):
+                await resp.write(chunk)
+                sent[0] += len(chunk)
+        except (ConnectionResetError, RuntimeError):
+            pass
+        return resp
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await resp.prepare(request)
+        chunk = b"[" + b"0," * 32767
+        try:
+            while sent[1] < 4 * 1024**3:  # bounded, in case the client never stops reading
+                await resp.write(chunk)
+                sent[1] += len(chunk)
+        except (ConnectionResetError, RuntimeError):
+            pass
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/declared", declared)
+    app.router.add_get("/endless", endless)
+    return app
+
+
+async def test_2gb_and_endless_bodies_are_abandoned_at_the_cap_in_bounded_memory() -> None:
+    sent = [0, 0]
+    cap = 1024 * 1024
+    async with serve(huge_app(sent)) as site:
+        rec = Recorder()
+        tracemalloc.start()
+        try:
+            declared = collector(rec, **BOARD, url=f"{site.base}/declared", max_response_bytes=cap)
+            assert not await poll(declared, rec)
+            endless = collector(rec, **BOARD, url=f"{site.base}/endless", max_response_bytes=cap)
+            assert not await poll(endless, rec)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert rec.counts()["oversized_responses"] == 2
+        assert "2147483648 bytes over" in declared.health.last_error
+        assert "over the 1048576 byte cap" in endless.health.last_error
+        assert peak < 8 * cap, f"peak {peak} bytes while refusing a 2 GB body"
+        await asyncio.sleep(0.2)
+        assert sent[0] < 64 * cap and sent[1] < 64 * cap, f"the server wrote {sent}"
+
+
+async def test_repeated_ids_and_a_listing_that_goes_empty_make_no_storm() -> None:
+    state = board(posts=[post(i) for i in range(10)])
+    async with serve(board_app(state)) as site:
+        rec = Recorder()
+        source = collector(rec, **BOARD, url=f"{site.base}/posts")
+        assert await poll(source, rec)
+        state["posts"] = state["posts"] + [post(3), post(3), post(10, 50), post(10, 50)]
+        rec.clear()
+        assert await poll(source, rec)
+        assert [(r.artifact, r.nbytes) for r in rec.rows()] == [("10", 50)]
+        assert rec.counts()["duplicate_items"] == 3
+
+        everything = state["posts"]
+        state["posts"] = []  # a glitch: the board lists nothing for a while
+        rec.clear()
+        assert await poll(source, rec)
+        assert rec.counts()["listing_shrinks"] >= 1
+        state["posts"] = everything
+        rec.clear()
+        assert await poll(source, rec)
+        assert rec.rows() == [], "what came back is not new"
+
+
+async def test_max_items_bounds_a_listing_of_millions() -> None:
+    many = [{"id": i, "bytes": 1, "at": 0} for i in range(200_000)]
+    body = json.dumps({"posts": many}).encode()
+
+    async def listing(request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/posts", listing)
+    async with serve(app) as site:
+        rec = Recorder()
+        source = collector(rec, **BOARD, url=f"{site.base}/posts", max_items=100_000)
+        assert not await poll(source, rec)
+        assert rec.counts()["listing_truncated"] == 1 and rec.ledger == {}
+
+
+async def test_credentials_never_follow_a_redirect_to_another_host(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "alice:s3cret-value"
+    (tmp_path / "cred").write_text(secret)
+    other = board(posts=[post(1)])
+    async with serve(board_app(other)) as elsewhere:
+
+        async def moved(request: web.Request) -> web.Response:
+            home["auth"].append(request.headers.get("Authorization"))
+            # The same service under another name: another origin (RFC 6454).
+            raise web.HTTPFound(f"http://localhost:{elsewhere.port}/posts")
+
+        home: dict[str, Any] = {"auth": []}
+        app = web.Application()
+        app.router.add_get("/posts", moved)
+        async with serve(app) as site:
+            rec = Recorder()
+            source = collector(
+                rec, **BOARD, url=f"{site.base}/posts", credentials={"file": str(tmp_path / "cred")}
+            )
+            with caplog.at_level(logging.DEBUG):
+                assert await poll(source, rec)
+    assert home["auth"] == ["Basic YWxpY2U6czNjcmV0LXZhbHVl"], "sent to the registry itself"
+    assert other["auth"] == [None], "not to the host it redirected to"
+    assert rec.counts()["credentials_withheld"] == 1
+    assert "s3cret" not in caplog.text and "s3cret" not in repr(source.settings)
+
+
+def self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        servers.unavailable("openssl is not installed")
+    assert openssl is not None
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return key, cert
+
+
+async def test_tls_is_verified_and_a_custom_ca_is_trusted(tmp_path: Path) -> None:
+    key, cert = self_signed(tmp_path)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    runner = web.AppRunner(board_app(board(posts=[post(1)])))
+    await runner.setup()
+    port = free_port()
+    site = web.TCPSite(runner, "127.0.0.1", port, ssl_context=ctx)
+    await site.start()
+    try:
+        url = f"https://127.0.0.1:{port}/posts"
+        rec = Recorder()
+        untrusted = collector(rec, **BOARD, url=url, retries=0)
+        assert not await poll(untrusted, rec), "an unknown CA is refused"
+        assert "Certificate" in untrusted.health.last_error or "SSL" in untrusted.health.last_error
+        trusted = collector(Recorder(), **BOARD, url=url, ca_file=str(cert))
+        assert await poll(trusted, Recorder())
+    finally:
+        await runner.cleanup()
+
+
+async def test_requests_in_flight_stay_within_the_concurrency_limit() -> None:
+    live = {"now": 0, "max": 0}
+    names = [f"p{i}" for i in range(24)]
+
+    async def index(request: web.Request) -> web.Response:
+        doc = {"meta": {"api-version": "1.1"}, "projects": [{"name": n} for n in names]}
+        return web.Response(
+            text=json.dumps(doc), content_type="application/vnd.pypi.simple.v1+json"
+        )
+
+    async def project(request: web.Request) -> web.Response:
+        live["now"] += 1
+        live["max"] = max(live["max"], live["now"])
+        await asyncio.sleep(0.05)
+        live["now"] -= 1
+        doc = {"meta": {"api-version": "1.1"}, "name": request.match_info["name"], "files": []}
+        return web.Response(
+            text=json.dumps(doc), content_type="application/vnd.pypi.simple.v1+json"
+        )
+
+    app = web.Application()
+    app.router.add_get("/simple/", index)
+    app.router.add_get("/simple/{name}/", project)
+    async with serve(app) as site:
+        rec = Recorder()
+        source = collector(rec, api="pypi", url=f"{site.base}/simple/", concurrency=3)
+        assert await poll(source, rec)
+    assert live["max"] == 3
+
+
+async def test_unreadable_ledger_rows_are_relearned_not_counted() -> None:
+    state = board(posts=[post(1), post(2)])
+    async with serve(board_app(state)) as site:
+        rec = Recorder()
+        cfg = {**BOARD, "url": f"{site.base}/posts"}
+        assert await poll(collector(rec, **cfg), rec)
+        (key,) = rec.ledger
+        rec.ledger[key] = "{not json"
+        restarted = collector(rec, **cfg)
+        rec.clear()
+        assert await poll(restarted, rec)
+        assert rec.counts()["ledger_rows_invalid"] == 1
+        assert rec.rows() == [], "the group is learned again, not counted as new"
+        assert rec.ledger[key] != "{not json"
+        state["posts"].append(post(3, 30))
+        rec.clear()
+        assert await poll(restarted, rec)
+        assert [(r.artifact, r.nbytes) for r in rec.rows()] == [("3", 30)]
