@@ -221,6 +221,8 @@ class BacktestSummary:
     unknown_surface_events: int = 0
     # Surfaces named by write events that the config does not declare (counted unclassified).
     undeclared_surfaces: dict[str, int] = field(default_factory=dict)
+    # Bytes counted per surface ("kind/name"), every declared surface and each unclassified.
+    surface_bytes: dict[str, int] = field(default_factory=dict)
     scanner: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -371,6 +373,10 @@ def run_backtest(
     summary.late_events = sum(s.counters["late_events"] for s in pipeline.sources.values())
     summary.unknown_surface_events = pipeline.table.unknown_surface_events
     summary.undeclared_surfaces = dict(undeclared.most_common(UNDECLARED_REPORTED))
+    table = pipeline.table
+    summary.surface_bytes = {
+        f"{kind}/{name}": int(table.bytes_total[i]) for i, (kind, name) in enumerate(table.keys)
+    }
     summary.seconds = time.perf_counter() - t0
     return summary
 

@@ -7,9 +7,11 @@ it open is past its end:
 - a source's *watermark* is the largest ``Batch.watermark`` it handed over ("every event
   stamped before this has been handed over"); a source that is *caught up* (it read everything
   it could) is taken to be at ``now - grace`` — events still in flight get ``grace``;
-- a source holds ticks open only while its watermark keeps moving: one that is down, or up but
-  stuck, for ``lateness`` of wall-clock time stops holding them (the others must not go
-  unjudged because one is blind — its blindness is the ``source_down`` alarm);
+- a source holds ticks open only while its watermark keeps moving: one that is up but stuck
+  for ``lateness`` of wall-clock time stops holding them, and one that is down holds none
+  (the others must not go unjudged because one is blind — its blindness is the
+  ``source_down`` alarm) — except, at start, a source that has not handed anything over yet,
+  for up to ``lateness`` (a kmsg reader replaying the ring buffer after a restart);
 - with no source holding ticks open, ticks close at ``now - lateness``.
 
 An event for a tick already evaluated (late), or older than ``max_backlog``, counts in the first
@@ -72,6 +74,7 @@ class Cells:
 class SourceClock:
     watermark: float = -math.inf
     advanced_at: float = 0.0  # wall (or simulated) time the watermark last moved
+    reported: bool = False  # has handed over a batch since the service started
 
 
 class EventClock:
@@ -97,6 +100,7 @@ class EventClock:
         clock = self.sources.get(name)
         if clock is None:
             clock = self.sources[name] = SourceClock(advanced_at=now)
+        clock.reported = True
         if watermark is not None and watermark > clock.watermark:
             clock.watermark = watermark
             clock.advanced_at = now
@@ -112,6 +116,8 @@ class EventClock:
                     clock.watermark = now - self.grace
                     clock.advanced_at = now
                 holding.append(clock.watermark)
+            elif h is not None and not h.up and clock.reported:
+                continue  # down: what it reads when it is back counts late
             elif now - clock.advanced_at < self.lateness:
                 holding.append(clock.watermark)
         return min(holding) if holding else now - self.lateness

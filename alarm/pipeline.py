@@ -179,17 +179,33 @@ class Pipeline:
             state.counters["future_events"] += future
         self.table.count(rows, nbytes, events)
         self.clock.add(idx, rows, nbytes, events, capacity)
-        # Heavy hitters: what each subject wrote in this batch.
+        # Heavy hitters: what each subject wrote in this batch, surface by surface.
         n = len(ev.subjects)
         per_subject = np.bincount(ev.subject, weights=nbytes, minlength=n)
         carried = np.bincount(ev.subject, weights=capacity, minlength=n)
         subjects = ev.subjects
-        for i in np.flatnonzero((per_subject > 0) | (carried > 0)).tolist():
-            name = subjects.contributor(i)
-            if name:
-                row = int(subject_rows[i])
-                if row >= 0:
-                    self.table.credit(row, name, int(per_subject[i]), subjects.evidence(i))
+        wrote = np.flatnonzero(((per_subject > 0) | (carried > 0)) & (subject_rows >= 0))
+        order = wrote[np.argsort(subject_rows[wrote], kind="stable")]
+        rows_of = subject_rows[order]
+        cuts = np.flatnonzero(np.diff(rows_of)) + 1
+        amounts = per_subject[order].astype(np.int64)
+        for idx, amt in zip(np.split(order, cuts), np.split(amounts, cuts), strict=True):
+            if not len(idx):
+                continue
+            names = [subjects.contributor(i) for i in idx.tolist()]
+            receipts = [subjects.evidence(i) for i in idx.tolist()]
+            keep = [j for j, name in enumerate(names) if name]
+            if len(keep) < len(names):
+                names = [names[j] for j in keep]
+                receipts = [receipts[j] for j in keep]
+                amt = amt[keep]
+            if names:
+                self.table.credit_many(
+                    int(subject_rows[idx[0]]),
+                    names,
+                    amt.tolist(),
+                    receipts if any(r is not None for r in receipts) else None,
+                )
 
     # -- evaluating ticks ----------------------------------------------------------------
     def closable_end(self, now: float, health: Mapping[str, SourceHealth]) -> float:
@@ -317,8 +333,10 @@ class Pipeline:
         self.last_tick_end = float(state.get("last_tick_end", 0.0))
         self.backlog_skipped = int(state.get("backlog_skipped", 0))
         changes: list[AlertChange] = []
+        if arrays:
+            changes += self.detector.load_sources(arrays[0][0], set(self.sources), now)
         for header, group in arrays:
-            changes += self.detector.load_arrays(header, group, set(self.sources), now)
+            changes += self.detector.load_arrays(header, group, now)
         return changes
 
     # -- what the exporters read -------------------------------------------------------

@@ -47,6 +47,17 @@ class HeavyHitters:
         if len(counts) > 2 * self._k:
             self._prune()
 
+    def add_many(self, contributors: list[str], amounts: list[int]) -> None:
+        """``add`` for each pair, pruning once at the end (a batch's worth at a time)."""
+        counts = self._counts
+        get = counts.get
+        for contributor, amount in zip(contributors, amounts, strict=True):
+            if len(contributor) > MAX_CONTRIBUTOR_CHARS:
+                contributor = contributor[:MAX_CONTRIBUTOR_CHARS] + "…"
+            counts[contributor] = get(contributor, 0) + amount
+        if len(counts) > 2 * self._k:
+            self._prune()
+
     def _prune(self) -> None:
         keep = heapq.nlargest(self._k, self._counts.items(), key=lambda kv: kv[1])
         kept = dict(keep)
@@ -114,18 +125,25 @@ class SurfaceTable:
         self.bytes_total += np.bincount(rows, weights=nbytes, minlength=n).astype(np.int64)
         self.events_total += np.bincount(rows, weights=events, minlength=n).astype(np.int64)
 
-    def credit(
-        self, row: int, contributor: str, nbytes: int, evidence: dict[str, Any] | None
+    def credit_many(
+        self,
+        row: int,
+        contributors: list[str],
+        amounts: list[int],
+        evidence: list[dict[str, Any] | None] | None,
     ) -> None:
-        """``nbytes`` to one contributor of a surface, with its latest receipt."""
-        self.hitters[row].add(contributor, nbytes)
-        recent = self.recent[row]
-        recent.add(contributor, nbytes)
+        """Bytes to contributors of one surface (a batch's worth), with their latest receipts."""
+        self.hitters[row].add_many(contributors, amounts)
+        self.recent[row].add_many(contributors, amounts)
         if evidence is not None:
-            receipts = self.receipts[row]
-            receipts[contributor[:MAX_CONTRIBUTOR_CHARS]] = bounded_receipt(evidence)
-            if len(receipts) > 2 * self._k:
-                self.receipts[row] = {c: r for c, r in receipts.items() if c in recent}
+            for contributor, receipt in zip(contributors, evidence, strict=True):
+                if receipt is not None:
+                    self.receipts[row][contributor[:MAX_CONTRIBUTOR_CHARS]] = bounded_receipt(
+                        receipt
+                    )
+            if len(self.receipts[row]) > 2 * self._k:
+                recent = self.recent[row]
+                self.receipts[row] = {c: r for c, r in self.receipts[row].items() if c in recent}
 
     def evidence(self, row: int, top: int) -> list[tuple[str, int, dict[str, Any] | None]]:
         """The recent top contributors of a surface with their receipts."""

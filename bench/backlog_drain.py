@@ -30,13 +30,17 @@ from pathlib import Path
 
 from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(
+    str(Path(__file__).resolve().parents[1])
+)  # after site-packages: an installed capalarm is what runs
 
 from alarm.config import config_from_dict
 from exporters.notify import Notifications
 from exporters.signing import sign_headers
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(
+    str(Path(__file__).resolve().parent)
+)  # after site-packages: an installed capalarm is what runs
 from outbox_throughput import alert
 
 

@@ -12,8 +12,11 @@ bench/gen_fence_corpus.py, then times, median of ``--reps`` runs each:
 - ``alarm.collectors.kernel.fastscan.scan_flows`` alone on one core, native scanner and regex path: the
   parser's share.
 
-Prints lines/s for each and the ratio to mtail; the floor is backtest >= 5x mtail.  Exits 1
-if a tool's totals are wrong or the floor is missed.
+Prints lines/s for each and the ratio to mtail, and which code path each measured (the
+backtest reports the scanner its workers ran; the in-process scanner says whether the
+installed package has the native extension and where it was imported from, so a source tree
+shadowing the installed package is visible).  The floor is backtest >= 5x mtail.  Exits 1 if a
+tool's totals are wrong or the floor is missed.
 """
 
 from __future__ import annotations
@@ -128,7 +131,13 @@ def run_backtest(
             if line.startswith('{"backtest"'):
                 summary = json.loads(line)["backtest"]
     ok = summary.get("records") == totals["packets"] and summary.get("lines") == totals["lines"]
-    return {"seconds": statistics.median(times), "runs": times, "summary": summary, "ok": ok}
+    return {
+        "seconds": statistics.median(times),
+        "runs": times,
+        "summary": summary,
+        "ok": ok,
+        "path": f"{summary.get('scanner') or 'unknown'} scanner, {' '.join(cmd[:3])}",
+    }
 
 
 def run_scanner(path: Path, reps: int, totals: dict[str, int], native: bool) -> dict[str, Any]:
@@ -136,14 +145,19 @@ def run_scanner(path: Path, reps: int, totals: dict[str, int], native: bool) -> 
     ``scan_flows`` (parse and sum per flow and tick) on the native path or the regex path."""
     import os
 
-    from alarm.backtest import SPLIT_BYTES, _read_range
+    import alarm
+    from alarm.backtest import SPLIT_BYTES, read_range
     from alarm.collectors.kernel.fastscan import native_available, scan_flows
 
+    where = str(Path(alarm.__file__).parent)
     if native and not native_available():
-        return {"error": "alarm._fastscan not built (pip install needs a C compiler)"}
+        return {
+            "error": f"the native scanner is not built in the alarm package imported from {where} "
+            "(pip install needs a C compiler; a source tree on sys.path shadows the installed one)"
+        }
     size = os.path.getsize(path)
     chunks = [
-        _read_range(str(path), s, min(size, s + SPLIT_BYTES)) for s in range(0, size, SPLIT_BYTES)
+        read_range(str(path), s, min(size, s + SPLIT_BYTES)) for s in range(0, size, SPLIT_BYTES)
     ]
     year = time.gmtime().tm_year
     times = []
@@ -157,7 +171,13 @@ def run_scanner(path: Path, reps: int, totals: dict[str, int], native: bool) -> 
             nbytes += int(res.nbytes.sum())
         times.append(time.perf_counter() - t0)
     ok = (lines, packets, nbytes) == (totals["lines"], totals["packets"], totals["bytes"])
-    return {"seconds": statistics.median(times), "runs": times, "ok": ok}
+    path_ran = "native scanner" if native else "regex path"
+    return {
+        "seconds": statistics.median(times),
+        "runs": times,
+        "ok": ok,
+        "path": f"{path_ran}, alarm from {where}",
+    }
 
 
 def main() -> int:
@@ -197,6 +217,8 @@ def main() -> int:
         ratio = f"{(base / res['seconds']):5.1f}x mtail" if base else ""
         check = "totals ok" if res["ok"] else "TOTALS WRONG"
         print(f"  {name:28s} {rate:12,.0f} lines/s  {res['seconds']:7.2f} s  {ratio}  {check}")
+        if res.get("path"):
+            print(f"  {'':28s} measured: {res['path']}")
         failed |= not res["ok"]
     bt = results.get("capalarm backtest", {})
     if base and "seconds" in bt:

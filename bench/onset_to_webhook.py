@@ -27,12 +27,14 @@ from pathlib import Path
 
 from aiohttp import web
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# After site-packages: an installed capalarm is what runs.
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-from alarm.collectors.base import Batch, SourceStats
+from alarm.collectors.kernel.fence import FenceReader
+from alarm.collectors.kernel.records import KernelRecord
 from alarm.collectors.kernel.synthetic import fence_line
 from alarm.config import config_from_dict
-from alarm.collectors.kernel.records import KernelRecord
+from alarm.events import Batch, SourceHealth
 from alarm.service import Service
 
 SPIKE_FOR = 3.0
@@ -42,16 +44,15 @@ STEP = 0.05  # the collector hands records over every 50 ms
 class BurstCollector:
     """20 packets/s of 600 B, and 20x that during each burst; remembers each burst's onset."""
 
-    kind = "egress"
-
-    def __init__(self, name: str, bursts: list[float]):
+    def __init__(self, name: str, bursts: list[float], tick: float):
         self.name = name
-        self.stats = SourceStats()
+        self.health = SourceHealth()
+        self.reader = FenceReader(("EGRESS_FENCE",), require_trusted=False, tick=tick)
         self.bursts = bursts
         self.onsets: dict[int, float] = {}  # burst index -> when its first record was handed over
 
     async def run(self, emit) -> None:
-        self.stats.up = True
+        self.health.up = self.health.caught_up = True
         start = self.started = time.time()
         carry, sport = 0.0, 40000
         while True:
@@ -70,8 +71,8 @@ class BurstCollector:
             if burst is not None:
                 self.onsets.setdefault(self.bursts.index(burst), time.time())
             if records:
-                self.stats.records_read += len(records)
-                await emit(Batch(records))
+                read = self.reader.read(records)
+                await emit(Batch(read.events, {"records_read": len(records)}, watermark=now))
 
 
 async def run(tick: float, spikes: int, gap: float) -> tuple[list[float], list[float]]:
@@ -127,13 +128,13 @@ async def run(tick: float, spikes: int, gap: float) -> tuple[list[float], list[f
                 },
             }
         )
-        collector = BurstCollector("gen", [8.0 + i * gap for i in range(spikes)])
+        collector = BurstCollector("gen", [8.0 + i * gap for i in range(spikes)], cfg.tick)
 
         def on_change(change) -> None:
             if change.rule == "spike" and change.state == "firing":
                 detected.append(time.time())
 
-        service = Service(cfg, collectors=[(cfg.sources[0], collector)], on_change=on_change)
+        service = Service(cfg, collectors={"gen": collector}, on_change=on_change)
         task = asyncio.create_task(service.run())
         end = 8.0 + spikes * gap + 2
         await asyncio.sleep(end)

@@ -29,7 +29,9 @@ from pathlib import Path
 
 from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(
+    str(Path(__file__).resolve().parents[1])
+)  # after site-packages: an installed capalarm is what runs
 
 from alarm.config import config_from_dict
 from alarm.detector.alerts import AlertChange, fingerprint

@@ -25,7 +25,9 @@ import time
 from pathlib import Path
 
 if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.append(
+        str(Path(__file__).resolve().parents[1])
+    )  # after site-packages: an installed capalarm is what runs
 
 from aiohttp import web
 from pydantic import TypeAdapter

@@ -506,27 +506,27 @@ class Detector:
         if not isinstance(state, dict):
             return
         if state.get("version") == persist.VERSION:
+            self._load_sources(state.get("sources"))
             arrays = state.get("arrays")
             if isinstance(arrays, dict):
                 self.load_arrays(state, {n: persist.unpack(a) for n, a in arrays.items()})
         elif isinstance(state.get("surfaces"), dict):
             self._load_v1(state["surfaces"])
 
-    def load_arrays(
-        self,
-        header: dict,
-        arrays: Mapping[str, np.ndarray | None],
-        live_sources: set[str] | None = None,
-        now: float = 0.0,
-    ) -> list[AlertChange]:
-        """Restore saved arrays (any subset of the state's) into the rows of the same keys,
-        and the source alerts in ``header``.  Rows and sources no longer declared are left
-        behind; each alert of theirs that was firing is returned resolved, "removed from the
-        configuration", so that whoever was paged hears it ended."""
+    def load_sources(self, header: dict, live: set[str], now: float) -> list[AlertChange]:
+        """Restore the source alerts in ``header``; those of sources no longer declared are
+        returned resolved, "removed from the configuration"."""
         self._load_sources(header.get("sources"))
+        return self.resolve_removed_sources(live, now)
+
+    def load_arrays(
+        self, header: dict, arrays: Mapping[str, np.ndarray | None], now: float = 0.0
+    ) -> list[AlertChange]:
+        """Restore saved arrays (any subset of the state's) into the rows of the same keys.
+        Rows no longer declared are left behind; each alert of theirs that was firing is
+        returned resolved, "removed from the configuration", so that whoever was paged hears
+        it ended."""
         changes = self._removed_rows(header, arrays, now)
-        if live_sources is not None:
-            changes += self.resolve_removed_sources(live_sources, now)
         pairs = persist.match_rows(header.get("keys"), self.targets)
         if not pairs[0].size:
             return changes

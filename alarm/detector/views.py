@@ -6,13 +6,27 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from alarm.detector.alerts import AlertBank, AlertState
 from alarm.surfaces import SurfaceKey
 
-if TYPE_CHECKING:
-    from alarm.detector.engine import Detector
+
+class Rows(Protocol):
+    """What the views read of the detector (engine.Detector)."""
+
+    keys: list[SurfaceKey]
+    index: dict[SurfaceKey, int]
+    spike_alerts: AlertBank
+    budget_alerts: AlertBank
+    drop_alerts: AlertBank
+    beacon_alerts: AlertBank
+
+    def figures_of(self, row: int) -> SurfaceFigures: ...
+
+    def drop_on(self, row: int) -> bool: ...
+
+    def beacon_on(self, row: int) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -66,7 +80,7 @@ class SurfaceDetector:
 
     __slots__ = ("_det", "key", "row")
 
-    def __init__(self, det: Detector, row: int):
+    def __init__(self, det: Rows, row: int):
         self._det = det
         self.row = row
         self.key: SurfaceKey = det.keys[row]
@@ -98,7 +112,7 @@ class SurfaceDetector:
 class SurfaceMap(Mapping[SurfaceKey, SurfaceDetector]):
     """``detector.surfaces``: every row, members and aggregates, by key."""
 
-    def __init__(self, det: Detector):
+    def __init__(self, det: Rows):
         self._det = det
 
     def __getitem__(self, key: SurfaceKey) -> SurfaceDetector:

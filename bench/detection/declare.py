@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.detection.scenarios import TICK
-
 HORIZONS = (("1m", 60.0), ("1h", 3600.0), ("1d", 86400.0))
 META_BITS = 64.0  # capalarm's default metadata allowance per event
 K_MARGIN = 1.25
@@ -25,18 +23,18 @@ def capacity_bits(nbytes: np.ndarray, events: np.ndarray) -> np.ndarray:
 
 
 def envelope_budget(
-    nbytes: np.ndarray, events: np.ndarray, history: int
+    nbytes: np.ndarray, events: np.ndarray, history: int, tick: float = 60.0
 ) -> list[tuple[str, float, float]]:
     bits = capacity_bits(nbytes[:history], events[:history])
     csum = np.concatenate([[0.0], np.cumsum(bits)])
     out = []
     for name, seconds in HORIZONS:
-        w = max(1, int(seconds / TICK))
-        peak = (csum[w:] - csum[:-w]).max() / (w * TICK) if history >= w else bits.mean() / TICK
+        w = max(1, int(seconds / tick))
+        peak = (csum[w:] - csum[:-w]).max() / (w * tick) if history >= w else bits.mean() / tick
         k = max(K_MARGIN * peak, 1.0)
         s, worst = 0.0, 0.0
         for b in bits:
-            s = max(0.0, s + b - k * TICK)
+            s = max(0.0, s + b - k * tick)
             worst = max(worst, s)
         h = max(H_MARGIN * worst, k * seconds / 4.0, 2.0 * bits.max())
         out.append((name, float(k), float(h)))

@@ -22,7 +22,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+    sys.path.append(str(ROOT))  # after site-packages: an installed capalarm is what runs
 
 from bench.detection import comparisons, score  # noqa: E402
 from bench.detection.capalarm_run import Firing  # noqa: E402

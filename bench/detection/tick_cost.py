@@ -23,11 +23,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+    sys.path.append(str(ROOT))  # after site-packages: an installed capalarm is what runs
+
+from alarm.detector.baseline import RobustBaseline  # noqa: E402
 
 from alarm.config import config_from_dict  # noqa: E402
 from alarm.detector.alerts import AlertMachine  # noqa: E402
-from alarm.detector.baseline import RobustBaseline  # noqa: E402
 from alarm.detector.budget import CapacityBudget, capacity_bits  # noqa: E402
 from alarm.detector.engine import Detector  # noqa: E402
 from alarm.surfaces import TickTotals  # noqa: E402

@@ -27,7 +27,7 @@ from typing import TypeVar
 REPO = Path(__file__).resolve().parents[2]
 if __package__ in (None, ""):
     # Run as a script: make `bench.nab` importable from the repository root.
-    sys.path.insert(0, str(REPO))
+    sys.path.append(str(REPO))  # after site-packages: an installed capalarm is what runs
 
 from bench.nab.capalarm_nab import (  # noqa: E402
     SeriesRun,

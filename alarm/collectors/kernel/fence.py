@@ -12,6 +12,7 @@ classifier's input.  Its contributor name is ``10.0.0.5:443/TCP``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,6 +142,9 @@ class FenceReader:
         rest: list[KernelRecord] = []
         prefixes = self.prefixes
         strict = self.require_trusted
+        # The scanner reads kmsg clocks of up to 15 digits (microseconds since boot): wall
+        # times go in relative to a whole second at or before the batch's first record.
+        base = float(math.floor(min(rec.ts for rec in records)))
         for rec in records:
             msg = rec.message
             if not msg.startswith(prefixes):
@@ -151,11 +155,13 @@ class FenceReader:
                 rest.append(rec)
             else:
                 trust = "0" if rec.trusted or not strict else "8"
-                lines.append(f"{trust},0,{max(0, round(rec.ts * 1e6))},-;{msg}")
+                lines.append(f"{trust},0,{max(0, round((rec.ts - base) * 1e6))},-;{msg}")
         if not lines:
             return FlowScan(), rest
         lines.append("")
-        scan = scan_flows("\n".join(lines).encode(), "kmsg", prefixes, self.tick, 1970)
+        scan = scan_flows(
+            "\n".join(lines).encode(), "kmsg", prefixes, self.tick, 1970, boot_wall=base
+        )
         out.parse_errors += scan.parse_errors
         out.forged += scan.forged
         return scan, rest

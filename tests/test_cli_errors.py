@@ -1,0 +1,170 @@
+"""Every bad start and bad input ends in one clear line and an exit status — 2 for bad
+configuration or input (naming the key or file), 1 for a runtime failure — never a traceback,
+never a hang.  And the backtest reports what it could not place."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CLI = [sys.executable, "-m", "alarm.cli"]
+
+
+def capalarm(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def one_line(res: subprocess.CompletedProcess[str]) -> str:
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in res.stderr, res.stderr
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("capalarm: "), lines[0]
+    return lines[0]
+
+
+@contextlib.contextmanager
+def busy_port(port: int = 0) -> Iterator[int]:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        s.close()
+        if port == 0:
+            raise
+        yield port  # somebody else holds it: busy all the same
+        return
+    s.listen()
+    try:
+        yield s.getsockname()[1]
+    finally:
+        s.close()
+
+
+def file_config(tmp_path: Path, **extra: str) -> Path:
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    cfg = tmp_path / "c.yaml"
+    lines = [
+        f"state_dir: {extra.get('state_dir', tmp_path / 'state')}",
+        f"sources: [{{name: k, type: file, paths: [{log}]}}]",
+    ]
+    cfg.write_text("\n".join(lines) + "\n")
+    return cfg
+
+
+def test_a_busy_port_is_one_line_and_exit_1(tmp_path):
+    with busy_port() as port:
+        res = capalarm(
+            "run", "--config", str(file_config(tmp_path)), "--listen", f"127.0.0.1:{port}"
+        )
+    assert res.returncode == 1
+    assert f"127.0.0.1:{port}" in one_line(res) and "in use" in res.stderr
+
+
+def test_listen_nonsense_is_exit_2_naming_the_option():
+    res = capalarm("run", "--listen", "nonsense")
+    assert res.returncode == 2
+    assert "--listen" in one_line(res) and "nonsense" in res.stderr
+
+
+def test_a_state_directory_that_cannot_be_made_is_exit_1_naming_it(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    res = capalarm(
+        "run", "--config", str(file_config(tmp_path)), "--state-dir", str(blocker / "state")
+    )
+    assert res.returncode == 1
+    assert str(blocker / "state") in one_line(res)
+
+
+def test_the_demo_never_hangs_on_a_busy_port(tmp_path):
+    with busy_port() as port:
+        res = capalarm("demo", "--duration", "1", "--listen", f"127.0.0.1:{port}", timeout=30)
+    assert res.returncode == 1 and "in use" in one_line(res)
+
+
+def test_the_demo_takes_a_free_port_when_its_default_is_busy():
+    with busy_port(9733):
+        res = capalarm("demo", "--duration", "2", timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "127.0.0.1:9733 is taken; using a free port" in res.stdout
+
+
+def test_backtest_of_a_missing_or_unknown_file_is_exit_2_naming_it(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("tick: 10s\n")
+    missing = tmp_path / "nope.log"
+    res = capalarm("backtest", "--config", str(cfg), str(missing))
+    assert res.returncode == 2 and str(missing) in one_line(res)
+    odd = tmp_path / "odd.txt"
+    odd.write_text("this is\nnot any log format\n")
+    res = capalarm("backtest", "--config", str(cfg), str(odd))
+    assert res.returncode == 2 and str(odd) in one_line(res) and "format" in res.stderr
+
+
+SHARED = Path(__file__).resolve().parents[2] / "shared/data/kernel-fence"
+
+
+def test_backtest_writes_a_forged_records_alert_like_the_services(tmp_path):
+    dump = tmp_path / "kmsg.txt"
+    text = (SHARED / "kmsg-records.txt").read_text()
+    # A look-alike written from user space has facility 1 (PRI 12).
+    text += (
+        "12,434400,455999999,-;EGRESS_FENCE IN= OUT=lo SRC=127.0.0.1 DST=127.0.0.1 LEN=9999 "
+        "TOS=0x00 PREC=0x00 TTL=64 ID=1 DF PROTO=UDP SPT=1 DPT=2 LEN=9979\n"
+    )
+    dump.write_text(text)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("tick: 10s\nsources: [{name: kernel, type: kmsg}]\n")
+    out = tmp_path / "alerts.jsonl"
+    res = capalarm("backtest", "--config", str(cfg), "-o", str(out), str(dump))
+    assert res.returncode == 0, res.stderr
+    changes = [json.loads(line) for line in out.read_text().splitlines()]
+    forged = [c for c in changes if c["rule"] == "forged_records"]
+    assert [c["state"] for c in forged] == ["firing", "resolved"]
+    assert forged[0]["source"] == "kernel" and forged[0]["value"] == 1.0
+
+
+def test_write_events_take_their_kind_from_the_declared_surface_and_strays_are_reported(
+    tmp_path,
+):
+    events = tmp_path / "events.jsonl"
+    events.write_text(
+        "".join(
+            json.dumps({"ts": 1_780_000_000 + i, "surface": name, "bytes": 100, "events": 1}) + "\n"
+            for i, name in enumerate(["cache", "cache", "mystery", "cache"])
+        )
+    )
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("tick: 10s\nsurfaces: [{name: cache, kind: fs}]\n")
+    res = capalarm("backtest", "--config", str(cfg), "-o", str(tmp_path / "o.jsonl"), str(events))
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stderr.splitlines()[0])["backtest"]
+    assert summary["surface_bytes"]["fs/cache"] == 300
+    assert summary["undeclared_surfaces"] == {"mystery": 1}
+    assert summary["unknown_surface_events"] == 1
+    assert "mystery" in res.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("body", "key"),
+    [
+        ("sources: [{name: k, type: nope}]", "sources[0].type"),
+        ("surfaces: [{name: s, kind: fs, match: {dst: [10.0.0.0/8]}}]", "surfaces[0].match.dst"),
+        ("surfaces: [{name: s, kind: fs, match: {source: [kernel]}}]", "surfaces[0].match.source"),
+        ("event_time: {lateness: soon}", "event_time.lateness"),
+    ],
+)
+def test_bad_config_is_exit_2_naming_the_key(tmp_path, body, key):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(body + "\n")
+    res = capalarm("check-config", str(cfg))
+    assert res.returncode == 2 and key in one_line(res)
