@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from alarm.collectors import kernel, registry
+from alarm.collectors import fs, kernel, registry
 from alarm.collectors.base import SourceType
 
 SOURCE_TYPES: Mapping[str, SourceType] = MappingProxyType(
-    {t.type: t for t in (*kernel.SOURCES, *registry.SOURCES)}
+    {t.type: t for t in (*kernel.SOURCES, *fs.SOURCES, *registry.SOURCES)}
 )

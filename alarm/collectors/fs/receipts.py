@@ -1,0 +1,97 @@
+"""Receipts: handles an operator can re-check without trusting capalarm's word.  Every counted
+file's evidence carries its ``dev_ino``, ``size`` and ``mtime`` as measured; within a byte and
+file budget per tick the largest writes of a step also get the ``sha256`` of their first
+``sha256_bytes`` bytes (the size measured), read with O_NOFOLLOW|O_NONBLOCK (a FIFO or a
+symlink swapped in is never read) and only if the file is still the inode measured and still
+holds at least that many bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import stat
+
+from alarm.collectors.fs.measure import NOATIME, OPEN_FLAGS
+from alarm.events import Event
+
+CHUNK = 1 << 20
+
+
+def sha256_of(path: bytes, dev_ino: str, limit: int) -> tuple[str, int] | None:
+    """(hex digest, bytes hashed) of the first ``limit`` bytes, or None."""
+    try:
+        fd = os.open(path, OPEN_FLAGS | NOATIME)
+    except PermissionError:
+        try:
+            fd = os.open(path, OPEN_FLAGS)
+        except OSError:
+            return None
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or f"{st.st_dev}:{st.st_ino}" != dev_ino:
+            return None
+        if st.st_size < limit:
+            return None  # shorter than measured: not what was counted (file systems reuse inodes)
+        h = hashlib.sha256()
+        left = min(limit, st.st_size)
+        done = 0
+        while left > 0:
+            data = os.read(fd, min(CHUNK, left))
+            if not data:
+                break
+            h.update(data)
+            done += len(data)
+            left -= len(data)
+        return h.hexdigest(), done
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+class ReceiptBudget:
+    def __init__(self, budget_bytes: int, max_files: int, tick: float) -> None:
+        self.budget_bytes = budget_bytes
+        self.max_files = max_files
+        self.tick = tick
+        self._window = -1
+        self.bytes_left = 0
+        self.files_left = 0
+
+    def add(self, events: list[Event], now: float) -> tuple[int, int]:
+        """Hash the largest writes among ``events`` within the budget; returns (hashed,
+        skipped for the budget)."""
+        if self.budget_bytes <= 0 or self.max_files <= 0:
+            return 0, 0
+        window = math.floor(now / self.tick)
+        if window != self._window:
+            self._window = window
+            self.bytes_left, self.files_left = self.budget_bytes, self.max_files
+        hashed = skipped = 0
+        candidates = [
+            ev
+            for ev in events
+            if ev.evidence is not None
+            and "dev_ino" in ev.evidence
+            and (ev.nbytes > 0 or (ev.capacity or 0) > 0)
+        ]
+        candidates.sort(key=lambda ev: max(ev.nbytes, ev.capacity or 0), reverse=True)
+        for ev in candidates:
+            ev_ = ev.evidence
+            assert ev_ is not None
+            size = int(ev_.get("size", 0))
+            if self.files_left <= 0 or size > self.bytes_left:
+                skipped += 1
+                continue
+            got = sha256_of(os.fsencode(ev.key), ev_["dev_ino"], size)
+            if got is None:
+                continue
+            ev_["sha256"], ev_["sha256_bytes"] = got
+            self.bytes_left -= got[1]
+            self.files_left -= 1
+            hashed += 1
+        return hashed, skipped

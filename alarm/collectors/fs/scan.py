@@ -1,0 +1,135 @@
+"""Directory scans in bounded steps: the baseline at first start, the reconcile after a restart
+or a queue overflow, a new or moved-in directory, and the rounds of poll mode.
+
+A scan lists directories depth-first with ``os.scandir`` on byte paths (names stay bytes:
+any name the kernel accepts is handled) and looks at each entry with ``lstat`` (never following
+a symlink) through :meth:`FileState.observe`.  It runs ``budget`` entries per step, so a tree of
+a million files is a few hundred steps with the inotify queue drained between them.  When it
+has listed everything it sweeps: what it did not see, and nothing touched since it started, is
+gone (:meth:`FileState.sweep`).
+
+Timestamps: what a counting scan finds was written while the watcher could not see it, at
+some time in ``[since, now]``.  It is stamped with the entry's ctime clamped into that window:
+the kernel sets ctime on every write and a process cannot set it back (utimensat(2) sets only
+atime and mtime), so ctime is an upper bound of the last write that the writer cannot forge
+into the past; clamping keeps it inside the outage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from alarm.collectors.fs.state import FileState, Output, show
+
+
+@dataclass(slots=True)
+class ScanJob:
+    roots: list[int]
+    count: bool  # False: the baseline (what is there is the starting state)
+    since: float  # the start of the window it may find writes in
+    reason: str
+    recursive: bool = True
+    gen: int = 0
+    entries: int = 0
+    stack: list[int] = field(default_factory=list)
+    scanned: list[int] = field(default_factory=list)
+    on_done: Callable[[], None] | None = None
+    _iter: Iterator[os.DirEntry[bytes]] | None = None
+    _dir: int = -1
+    _closer: Callable[[], None] | None = None
+
+    def start(self, state: FileState) -> None:
+        self.gen = state.new_gen()
+        self.stack = list(reversed(self.roots))
+
+    def close(self) -> None:
+        if self._closer is not None:
+            with contextlib.suppress(OSError):
+                self._closer()
+        self._iter = self._closer = None
+
+    def run(
+        self,
+        state: FileState,
+        budget: int,
+        now: float,
+        out: Output,
+        skip: Callable[[int, bytes], bool],
+    ) -> tuple[bool, int]:
+        """Scan up to ``budget`` entries; returns (done, entries scanned)."""
+        used = 0
+        count = self.count
+        since = self.since
+        while used < budget:
+            if self._iter is None:
+                if not self.stack:
+                    state.sweep(self.scanned, self.gen, now, out)
+                    self.entries += used
+                    return True, used
+                did = self.stack.pop()
+                d = state.dirs.get(did)
+                if d is None:
+                    continue
+                path = state.path(did)
+                try:
+                    it = os.scandir(path)
+                except FileNotFoundError:
+                    continue  # removed meanwhile: its parent's events or sweep handle it
+                except NotADirectoryError:
+                    continue
+                except PermissionError as exc:
+                    out.problem("permission_errors", f"cannot list {show(path)}: {exc.strerror}")
+                    continue
+                except OSError as exc:
+                    out.problem("scan_errors", f"cannot list {show(path)}: {exc.strerror}")
+                    continue
+                d.gen = self.gen
+                d.listed = True
+                self.scanned.append(did)
+                self._iter, self._dir, self._closer = iter(it), did, it.close
+            did = self._dir
+            d = state.dirs.get(did)
+            if d is None:
+                self.close()
+                continue
+            exhausted = True
+            for entry in self._iter:
+                used += 1
+                name = entry.name
+                if skip(did, name):
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    if d.poll and count:
+                        # Listed, gone before measured, and no event will tell: say so.
+                        state.vanish(did, name, now, out, wrote=False)
+                    continue
+                except PermissionError as exc:
+                    out.problem(
+                        "permission_errors",
+                        f"cannot stat {show(state.entry_path(did, name))}: {exc.strerror}",
+                    )
+                    continue
+                except OSError as exc:
+                    out.problem(
+                        "scan_errors", f"cannot stat {show(state.entry_path(did, name))}: {exc}"
+                    )
+                    continue
+                ts = min(max(st.st_ctime, since), now) if count else now
+                state.observe(did, name, st, ts, count, out, change="found_by_scan")
+                if self.recursive and stat.S_ISDIR(st.st_mode):
+                    cid = d.children.get(name)
+                    if cid is not None:
+                        self.stack.append(cid)
+                if used >= budget:
+                    exhausted = False
+                    break
+            if exhausted:
+                self.close()
+        self.entries += used
+        return False, used

@@ -1,0 +1,546 @@
+"""The tracked state of an fs source's trees and the accounting rules applied to every change
+(docs/fs-source.md, "What bytes written means").
+
+Watchers (inotify, fanotify) and scans only say *where* to look; every look ``lstat``s the
+entry and counts the difference against what is tracked, so an event seen twice, an event and
+a scan of the same file, or a scan after an overflow never count a byte twice.
+
+- Directories are :class:`Dir` records (few), files are rows of an :class:`InodeTable` (many;
+  hard links share a row) and names are keys of a :class:`U64Map`.
+- A file created or moved in is *pending* for ``settle`` seconds and counted then, at the
+  name it has then: clients write a temporary name and rename it (pip's cache, npm's cacache),
+  and the bytes belong to where they land.  A rename inside a tree after that moves no bytes.
+- Counting writes the file's ledger row (ledger.py) in the same batch, so what is saved is
+  what was counted.
+
+Owned by one thread at a time (the engine's step runs in a worker thread).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from alarm.collectors.fs.ledger import ledger_value
+from alarm.collectors.fs.measure import measure
+from alarm.collectors.fs.table import DELETED, PENDING, SAVED, InodeTable, U64Map, key64, view
+from alarm.events import Event
+
+ROW_MASK = (1 << 32) - 1
+MAX_PENDING = 100_000  # pending files beyond this are counted at once (bounded memory)
+PATH_CACHE = 65536
+
+
+@dataclass(slots=True)
+class Dir:
+    id: int
+    parent: int  # -1 for a tree's root
+    name: bytes  # a root's is the tree's absolute path
+    dev: int
+    ino: int
+    tree: int
+    children: dict[bytes, int] = field(default_factory=dict)
+    wd: int = -1  # inotify watch
+    handle: bytes = b""  # fanotify directory key
+    poll: bool = False  # no watch: rescanned every poll_interval
+    listed: bool = False  # a scan has listed it
+    gen: int = 0
+
+
+@dataclass(slots=True)
+class Pending:
+    dir: int
+    name: bytes
+    first: float  # when it was first seen (holds the watermark)
+    ts: float  # last activity: the event's time when counted
+    change: str
+    pid: int = 0
+
+
+@dataclass(slots=True)
+class Output:
+    """What one step produced: write events, ledger rows, counter deltas, problems."""
+
+    events: list[Event] = field(default_factory=list)
+    ledger: dict[str, str | None] = field(default_factory=dict)
+    counts: Counter[str] = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+
+    def problem(self, counter: str, message: str) -> None:
+        self.counts[counter] += 1
+        if len(self.problems) < 20:
+            self.problems.append(message[:300])
+
+
+def show(path: bytes) -> str:
+    """A path for a log line or health message: hostile bytes escaped, bounded."""
+    text = repr(path)[2:-1]
+    return text if len(text) <= 160 else text[:77] + "..." + text[-80:]
+
+
+class FileState:
+    """Directories, files and names of the trees, with the counting rules."""
+
+    def __init__(
+        self,
+        trees: list[bytes],
+        settle: float,
+        dir_added: Callable[[Dir], None] = lambda d: None,
+        dir_removed: Callable[[Dir], None] = lambda d: None,
+        pid_name: Callable[[int], str] = lambda pid: "",
+    ) -> None:
+        self.trees = trees
+        self.settle = settle
+        self.dir_added = dir_added
+        self.dir_removed = dir_removed
+        self.pid_name = pid_name
+        self.roots: list[int] = [-1] * len(trees)
+        self.dirs: dict[int, Dir] = {}
+        self.dir_ident: dict[tuple[int, int], int] = {}
+        self.inodes = InodeTable()
+        self.names = U64Map()
+        self.pending: dict[int, Pending] = {}
+        self.saved_dirs: set[tuple[int, int]] = set()
+        self.gen = 1
+        self._next_dir = 1
+        self._dead_dirs: list[int] = []
+        self._paths: dict[int, bytes] = {}
+
+    # -- generations and paths ---------------------------------------------------------
+    def new_gen(self) -> int:
+        self.gen += 1
+        return self.gen
+
+    def path(self, dir_id: int) -> bytes:
+        cached = self._paths.get(dir_id)
+        if cached is not None:
+            return cached
+        d = self.dirs[dir_id]
+        parts = []
+        while d.parent >= 0:
+            parts.append(d.name)
+            d = self.dirs[d.parent]
+        root = d.name.rstrip(b"/")
+        path = b"/".join([root, *reversed(parts)]) if parts else (root or b"/")
+        if len(self._paths) >= PATH_CACHE:
+            self._paths.clear()
+        self._paths[dir_id] = path
+        return path
+
+    def entry_path(self, dir_id: int, name: bytes) -> bytes:
+        base = self.path(dir_id)
+        return (base if base != b"/" else b"") + b"/" + name
+
+    # -- directories -------------------------------------------------------------------
+    def add_root(self, tree: int, st: os.stat_result) -> Dir:
+        d = Dir(self._next_dir, -1, self.trees[tree], st.st_dev, st.st_ino, tree, gen=self.gen)
+        self._next_dir += 1
+        self.dirs[d.id] = d
+        self.dir_ident[(d.dev, d.ino)] = d.id
+        self.saved_dirs.discard((d.dev, d.ino))
+        self.roots[tree] = d.id
+        self.dir_added(d)
+        return d
+
+    def _register_dir(
+        self, parent: Dir, name: bytes, st: os.stat_result, ts: float, count: bool, out: Output
+    ) -> Dir:
+        d = Dir(self._next_dir, parent.id, name, st.st_dev, st.st_ino, parent.tree)
+        d.gen = self.gen
+        d.poll = parent.poll
+        self._next_dir += 1
+        self.dirs[d.id] = d
+        self.dir_ident[(d.dev, d.ino)] = d.id
+        parent.children[name] = d.id
+        ident = (d.dev, d.ino)
+        out.ledger[f"d:{d.dev}:{d.ino}"] = "1"
+        if ident in self.saved_dirs:
+            self.saved_dirs.discard(ident)
+        elif count:
+            path = os.fsdecode(self.path(d.id))
+            ev = {"change": "mkdir", "dev_ino": f"{d.dev}:{d.ino}"}
+            out.events.append(Event(ts, path, 0, path, 1, ev))
+            out.counts["dirs_created"] += 1
+        self.dir_added(d)  # the watch exists before anything lists it
+        return d
+
+    def remove_dir(self, dir_id: int, ts: float, out: Output) -> None:
+        """A directory and everything under it left the tree (deleted, moved out, or found
+        gone).  Names in it are dropped at the end of the step (:meth:`flush`)."""
+        d = self.dirs.get(dir_id)
+        if d is None:
+            return
+        parent = self.dirs.get(d.parent)
+        if parent is not None and parent.children.get(d.name) == dir_id:
+            del parent.children[d.name]
+        stack = [dir_id]
+        gone: set[int] = set()
+        while stack:
+            did = stack.pop()
+            sub = self.dirs.get(did)
+            if sub is None:
+                continue
+            gone.add(did)
+            stack.extend(sub.children.values())
+        # Pending files in it are counted now, at the paths they had.
+        for row, p in list(self.pending.items()):
+            if p.dir in gone:
+                self._count_pending(row, out)
+        for did in gone:
+            sub = self.dirs.pop(did)
+            self.dir_ident.pop((sub.dev, sub.ino), None)
+            out.ledger[f"d:{sub.dev}:{sub.ino}"] = None
+            self.dir_removed(sub)
+            if sub.parent < 0 and self.roots[sub.tree] == did:
+                self.roots[sub.tree] = -1
+        self._dead_dirs.extend(gone)
+        self._paths.clear()
+
+    def flush(self, out: Output) -> None:
+        """Drop the names of directories removed in this step (one pass over the names)."""
+        if not self._dead_dirs:
+            return
+        dead = np.array(self._dead_dirs, dtype=np.int64)
+        self._dead_dirs.clear()
+        names = self.names
+        keys = view(names.keys, np.uint64)
+        vals = view(names.vals, np.int64)
+        hit = np.flatnonzero((keys > DELETED) & np.isin(vals >> 32, dead))
+        rows = (vals[hit] & ROW_MASK).tolist()
+        del keys, vals
+        for i, row in zip(hit.tolist(), rows, strict=True):
+            names.pop_at(i)
+            self._drop_name(row, out)
+
+    # -- names -------------------------------------------------------------------------
+    def lookup(self, dir_id: int, name: bytes) -> int:
+        v = self.names.get(key64((dir_id, name)))
+        return -1 if v < 0 else v & ROW_MASK
+
+    def _bind(self, dir_id: int, name: bytes, row: int) -> None:
+        self.names.put(key64((dir_id, name)), (dir_id << 32) | row, self.gen)
+        self.inodes.names[row] += 1
+
+    def _unbind(self, dir_id: int, name: bytes) -> int:
+        v = self.names.pop(key64((dir_id, name)))
+        return -1 if v < 0 else v & ROW_MASK
+
+    def _drop_name(self, row: int, out: Output) -> None:
+        """One name of inode ``row`` is gone; the last one takes the inode with it."""
+        inodes = self.inodes
+        if not inodes.used[row]:
+            return
+        inodes.names[row] -= 1
+        if inodes.names[row] > 0:
+            return
+        if row in self.pending:
+            self._count_pending(row, out)  # it was written here: count what was measured
+        out.ledger[f"f:{inodes.dev[row]}:{inodes.ino[row]}"] = None
+        inodes.remove(row)
+
+    # -- counting ----------------------------------------------------------------------
+    def _evidence(self, row: int, change: str, pid: int = 0) -> dict[str, Any]:
+        inodes = self.inodes
+        ev: dict[str, Any] = {
+            "change": change,
+            "dev_ino": f"{inodes.dev[row]}:{inodes.ino[row]}",
+            "size": inodes.size[row],
+            "mtime": round(inodes.mtime[row] / 1e9, 6),
+        }
+        if pid:
+            ev["pid"] = pid
+            comm = self.pid_name(pid)
+            if comm:
+                ev["comm"] = comm
+        return ev
+
+    def _count_pending(self, row: int, out: Output) -> None:
+        p = self.pending.pop(row)
+        inodes = self.inodes
+        m = inodes.measure[row]
+        inodes.counted[row] = m
+        inodes.flags[row] &= ~PENDING
+        path = os.fsdecode(self.entry_path(p.dir, p.name)) if p.dir in self.dirs else ""
+        ev = self._evidence(row, p.change, p.pid)
+        if m != inodes.size[row]:
+            ev["sparse_data"] = m
+        out.events.append(Event(p.ts, path, m, path, 1, ev))
+        out.counts["files_created"] += 1
+        out.ledger[f"f:{inodes.dev[row]}:{inodes.ino[row]}"] = ledger_value(
+            inodes.size[row], m, inodes.mtime[row]
+        )
+
+    def settle_due(self, now: float, out: Output) -> None:
+        """Count pending files whose ``settle`` has passed (oldest first), and the oldest
+        beyond MAX_PENDING."""
+        pending = self.pending
+        while pending:
+            row = next(iter(pending))
+            if pending[row].first + self.settle > now and len(pending) <= MAX_PENDING:
+                break
+            self._count_pending(row, out)
+
+    def count_all_pending(self, out: Output) -> None:
+        while self.pending:
+            self._count_pending(next(iter(self.pending)), out)
+
+    def oldest_pending(self) -> float | None:
+        if not self.pending:
+            return None
+        return self.pending[next(iter(self.pending))].first
+
+    def observe(
+        self,
+        dir_id: int,
+        name: bytes,
+        st: os.stat_result,
+        ts: float,
+        count: bool,
+        out: Output,
+        change: str = "created",
+        pid: int = 0,
+    ) -> int:
+        """The entry ``name`` in ``dir_id`` is as ``st`` (lstat) says: count what changed.
+        Returns the id of a directory newly registered (to be scanned), else -1."""
+        d = self.dirs.get(dir_id)
+        if d is None:
+            return -1
+        if stat.S_ISDIR(st.st_mode):
+            return self._observe_dir(d, name, st, ts, count, out)
+        child = d.children.get(name)
+        if child is not None:  # a directory replaced by a file
+            self.remove_dir(child, ts, out)
+        inodes = self.inodes
+        dev, ino = st.st_dev, st.st_ino
+        key = key64((dir_id, name))
+        names = self.names
+        i = names.index(key)
+        row = -1
+        if i >= 0:
+            row = names.vals[i] & ROW_MASK
+            if inodes.dev[row] == dev and inodes.ino[row] == ino:
+                names.gens[i] = self.gen
+                self._update(row, dir_id, name, st, ts, count, out, pid)
+                return -1
+            names.pop_at(i)  # the name now holds another inode: the old one left it
+            self._drop_name(row, out)
+        path = self.entry_path(dir_id, name)
+        known = inodes.find(dev, ino)
+        if known >= 0:
+            had_names = inodes.names[known] > 0
+            self._bind(dir_id, name, known)
+            if had_names and st.st_nlink > 1 and count:
+                # A hard link: its bytes were counted under the first name.
+                out.counts["hard_links"] += 1
+                spath = os.fsdecode(path)
+                out.events.append(
+                    Event(ts, spath, 0, spath, 1, self._evidence(known, "hard_link", pid))
+                )
+            self._update(known, dir_id, name, st, ts, count, out, pid)
+            return -1
+        m, _sparse = measure(path, st)
+        if count:
+            row = inodes.add(dev, ino, st.st_size, m, 0, st.st_mtime_ns, PENDING)
+            self._bind(dir_id, name, row)
+            self.pending[row] = Pending(dir_id, name, ts, ts, change, pid)
+            if self.settle <= 0:
+                self._count_pending(row, out)
+        else:
+            row = inodes.add(dev, ino, st.st_size, m, m, st.st_mtime_ns, 0)
+            self._bind(dir_id, name, row)
+            out.ledger[f"f:{dev}:{ino}"] = ledger_value(st.st_size, m, st.st_mtime_ns)
+        return -1
+
+    def _observe_dir(
+        self, parent: Dir, name: bytes, st: os.stat_result, ts: float, count: bool, out: Output
+    ) -> int:
+        cid = parent.children.get(name)
+        if cid is not None:
+            child = self.dirs[cid]
+            if (child.dev, child.ino) == (st.st_dev, st.st_ino):
+                child.gen = self.gen
+                return -1
+            self.remove_dir(cid, ts, out)  # another directory took the name
+        row = self._unbind(parent.id, name)
+        if row >= 0:  # a file replaced by a directory
+            self._drop_name(row, out)
+        known = self.dir_ident.get((st.st_dev, st.st_ino))
+        if known is not None and known in self.dirs:
+            # Moved here while we were not looking (a scan after an overflow finds it).
+            moved = self.dirs[known]
+            old_parent = self.dirs.get(moved.parent)
+            if old_parent is not None and old_parent.children.get(moved.name) == known:
+                del old_parent.children[moved.name]
+            moved.parent, moved.name, moved.gen = parent.id, name, self.gen
+            parent.children[name] = known
+            self._paths.clear()
+            return -1
+        return self._register_dir(parent, name, st, ts, count, out).id
+
+    def _update(
+        self,
+        row: int,
+        dir_id: int,
+        name: bytes,
+        st: os.stat_result,
+        ts: float,
+        count: bool,
+        out: Output,
+        pid: int,
+    ) -> None:
+        """A tracked inode looked at again: growth counts the growth; a rewrite in place
+        (not grown, new mtime) counts its new measure as capacity; truncation counts 0."""
+        inodes = self.inodes
+        flags = inodes.flags[row]
+        if flags & SAVED:
+            inodes.flags[row] = flags = flags & ~SAVED
+        old_size, counted, old_mtime = inodes.size[row], inodes.counted[row], inodes.mtime[row]
+        size, mtime = st.st_size, st.st_mtime_ns
+        unchanged = size == old_size and mtime == old_mtime
+        if unchanged and not flags & PENDING:
+            return  # the common case of a repeated event
+        if unchanged:
+            m = inodes.measure[row]
+        else:
+            m, _ = measure(self.entry_path(dir_id, name), st)
+        inodes.size[row], inodes.mtime[row], inodes.measure[row] = size, mtime, m
+        if flags & PENDING:
+            p = self.pending[row]
+            p.ts = max(p.ts, ts)
+            if pid:
+                p.pid = pid
+            return
+        if count:
+            path = None
+            if m > counted:
+                path = os.fsdecode(self.entry_path(dir_id, name))
+                ev = self._evidence(row, "grew", pid)
+                if m != size:
+                    ev["sparse_data"] = m
+                out.events.append(Event(ts, path, m - counted, path, 1, ev))
+                out.counts["growths"] += 1
+            elif mtime != old_mtime and m > 0 and size <= old_size:
+                path = os.fsdecode(self.entry_path(dir_id, name))
+                ev = self._evidence(row, "rewritten", pid)
+                ev["capacity_is_new_size"] = True
+                out.events.append(Event(ts, path, 0, path, 1, ev, capacity=m))
+                out.counts["rewrites"] += 1
+            if size < old_size:
+                out.counts["truncations"] += 1
+        inodes.counted[row] = m
+        out.ledger[f"f:{st.st_dev}:{st.st_ino}"] = ledger_value(size, m, mtime)
+
+    def vanish(self, dir_id: int, name: bytes, ts: float, out: Output, wrote: bool) -> None:
+        """The entry is gone (deleted, or moved out of every tree)."""
+        d = self.dirs.get(dir_id)
+        if d is None:
+            return
+        cid = d.children.get(name)
+        if cid is not None:
+            self.remove_dir(cid, ts, out)
+            return
+        row = self._unbind(dir_id, name)
+        if row < 0 or (wrote and row not in self.pending):
+            # Never measured (created and gone between two looks), or written since the
+            # last look: what was last known of it is all that counts; say so.
+            path = os.fsdecode(self.entry_path(dir_id, name))
+            ev: dict[str, Any] = {"change": "deleted_before_measured"}
+            if row >= 0:
+                ev["last_known_size"] = self.inodes.size[row]
+            out.events.append(Event(ts, path, 0, path, 1, ev))
+            out.counts["deleted_before_measured"] += 1
+        if row >= 0:
+            self._drop_name(row, out)
+
+    def move(self, d1: int, n1: bytes, d2: int, n2: bytes, ts: float, out: Output) -> bool:
+        """A rename from (d1, n1) to (d2, n2), both in the same tree.  False when the source
+        is not tracked (the caller looks at the destination as a new entry)."""
+        src, dst = self.dirs.get(d1), self.dirs.get(d2)
+        if src is None or dst is None:
+            return False
+        cid = src.children.get(n1)
+        if cid is not None:
+            old = dst.children.get(n2)
+            if old is not None and old != cid:
+                self.remove_dir(old, ts, out)
+            del src.children[n1]
+            child = self.dirs[cid]
+            child.parent, child.name = d2, n2
+            dst.children[n2] = cid
+            self._paths.clear()
+            return True
+        row = self._unbind(d1, n1)
+        if row < 0:
+            return False
+        target = self._unbind(d2, n2)
+        if target >= 0 and target != row:
+            self._drop_name(target, out)
+        elif target == row:
+            self.inodes.names[row] -= 1
+        self.names.put(key64((d2, n2)), (d2 << 32) | row, self.gen)
+        p = self.pending.get(row)
+        if p is not None:
+            p.dir, p.name = d2, n2
+        return True
+
+    # -- scans -------------------------------------------------------------------------
+    def sweep(self, scanned: list[int], gen: int, ts: float, out: Output) -> None:
+        """After a scan started at ``gen`` listed the directories ``scanned``: names and
+        subdirectories there that it did not see (and nothing touched since) are gone."""
+        alive = [did for did in scanned if did in self.dirs]
+        if not alive:
+            return
+        for did in alive:
+            d = self.dirs.get(did)
+            if d is None:
+                continue
+            for cid in list(d.children.values()):
+                child = self.dirs.get(cid)
+                if child is not None and child.gen < gen:
+                    self.remove_dir(cid, ts, out)
+        self.flush(out)
+        names = self.names
+        keys = view(names.keys, np.uint64)
+        vals = view(names.vals, np.int64)
+        gens = view(names.gens, np.int32)
+        ids = np.array(alive, dtype=np.int64)
+        hit = np.flatnonzero((keys > DELETED) & (gens < gen) & np.isin(vals >> 32, ids))
+        rows = (vals[hit] & ROW_MASK).tolist()
+        del keys, vals, gens
+        for i, row in zip(hit.tolist(), rows, strict=True):
+            names.pop_at(i)
+            self._drop_name(row, out)
+
+    def sweep_saved(self, out: Output) -> None:
+        """After the reconcile of every tree: saved files and directories it did not find
+        were deleted while the service was down."""
+        inodes = self.inodes
+        for row in inodes.rows_with(SAVED):
+            if inodes.names[row] <= 0:
+                out.ledger[f"f:{inodes.dev[row]}:{inodes.ino[row]}"] = None
+                inodes.remove(row)
+            else:
+                inodes.flags[row] &= ~SAVED
+        for dev, ino in self.saved_dirs:
+            out.ledger[f"d:{dev}:{ino}"] = None
+        self.saved_dirs.clear()
+
+    def load_saved(
+        self,
+        devs: Sequence[int],
+        inos: Sequence[int],
+        sizes: Sequence[int],
+        counted: Sequence[int],
+        mtimes: Sequence[int],
+    ) -> None:
+        """Inodes from the saved ledger, as columns."""
+        inodes = self.inodes
+        for dev, ino, size, c, mtime in zip(devs, inos, sizes, counted, mtimes, strict=True):
+            if inodes.find(dev, ino) < 0:
+                inodes.add(dev, ino, size, c, c, mtime, SAVED)
