@@ -14,7 +14,9 @@
   tunes one.
 
 Every method sees the same per-tick rates as capalarm (bytes/s); scores are NaN until the
-method has the history it needs (then it cannot alarm).
+method has the history it needs (then it cannot alarm).  Windows are set in time, not ticks:
+``tick`` (seconds, default this bench's 60 s) converts them, so the held-out fleets' 10 s ticks
+(heldout.py) use the same methods.
 """
 
 from __future__ import annotations
@@ -22,8 +24,6 @@ from __future__ import annotations
 import numpy as np
 
 from bench.detection.scenarios import DAY_TICKS, T0, TICK
-
-WEEK = 7 * DAY_TICKS
 
 
 def _rolling_mean(x: np.ndarray, w: int) -> np.ndarray:
@@ -35,31 +35,33 @@ def _rolling_mean(x: np.ndarray, w: int) -> np.ndarray:
     return out
 
 
-def static(rate: np.ndarray, history: int) -> np.ndarray:
-    r5 = _rolling_mean(rate, 5)
+def static(rate: np.ndarray, history: int, tick: float = TICK) -> np.ndarray:
+    r5 = _rolling_mean(rate, max(1, round(300.0 / tick)))
     limit = max(1.5 * r5[:history].max(), 1.0)
     score = r5 / limit
     score[:history] = np.nan  # the rule is written after the first week
     return score
 
 
-def gitlab(rate: np.ndarray) -> np.ndarray:
+def gitlab(rate: np.ndarray, tick: float = TICK) -> np.ndarray:
     n = rate.size
+    week = round(7 * 86400.0 / tick)
+    half_hour = max(1, round(1800.0 / tick))
     c = np.concatenate([[0.0], np.cumsum(rate)])
     c2 = np.concatenate([[0.0], np.cumsum(rate * rate)])
     idx = np.arange(1, n + 1)
-    lo = np.maximum(idx - WEEK, 0)
+    lo = np.maximum(idx - week, 0)
     cnt = idx - lo
     avg = (c[idx] - c[lo]) / cnt
     sd = np.sqrt(np.maximum((c2[idx] - c2[lo]) / cnt - avg * avg, 0.0))
     preds = []
     for k in (1, 2, 3):
-        centre = np.arange(n) - k * WEEK
-        a = np.clip(centre - 30, 0, n)
-        b = np.clip(centre + 30, 0, n)
-        ok = centre - 30 >= 0
+        centre = np.arange(n) - k * week
+        a = np.clip(centre - half_hour, 0, n)
+        b = np.clip(centre + half_hour, 0, n)
+        ok = centre - half_hour >= 0
         hour_avg = np.where(b > a, (c[b] - c[a]) / np.maximum(b - a, 1), np.nan)
-        prev = np.clip(np.arange(n) - k * WEEK, 0, n - 1)
+        prev = np.clip(np.arange(n) - k * week, 0, n - 1)
         trend = avg - avg[prev]
         preds.append(np.where(ok, hour_avg + trend, np.nan))
     stack = np.vstack(preds)
@@ -68,18 +70,22 @@ def gitlab(rate: np.ndarray) -> np.ndarray:
     pred[have] = np.nanmedian(stack[:, have], axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
         z = (rate - pred) / sd
-    z[np.arange(n) < WEEK] = np.nan
+    z[np.arange(n) < week] = np.nan
     z[sd <= 0] = np.where(rate[sd <= 0] > pred[sd <= 0], np.inf, 0.0)
-    z[np.arange(n) < WEEK] = np.nan
+    z[np.arange(n) < week] = np.nan
     return z
 
 
 def holt_winters(
-    rates: np.ndarray, alpha: float = 0.05, beta: float = 0.0005, gamma: float = 0.1
+    rates: np.ndarray,
+    alpha: float = 0.05,
+    beta: float = 0.0005,
+    gamma: float = 0.1,
+    tick: float = TICK,
 ) -> np.ndarray:
     """Rows are surfaces; returns (x - forecast) / seasonal deviation per row and tick."""
     rows, n = rates.shape
-    m = DAY_TICKS
+    m = round(86400.0 / tick)
     out = np.full((rows, n), np.nan)
     first = rates[:, :m]
     level = first.mean(axis=1)

@@ -1,5 +1,10 @@
 """Scoring any detector on a fleet: alarms are the ticks at which an alarm *starts*.
 
+Two scorers: the first (``score``) for the fleets of scenarios.py, the second (``incidents``,
+``score_fleet``; below) for the held-out fleets of fleets.py, which counts pages as incidents.
+
+Fleets of scenarios.py:
+
 - false alarms: alarm starts on benign time (benign surfaces, attacked surfaces before the
   onset), per surface-week of benign time;
 - per attack: detected when an alarm starts at or after the onset and before the attack ends
@@ -10,10 +15,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from bench.detection import fleets
 from bench.detection.scenarios import DAY_TICKS, TICK, Fleet
 
 GRACE = 60  # ticks
@@ -86,3 +94,280 @@ def score(
             fa += int(g.size)
             weeks += fleet.ticks / (7 * DAY_TICKS)
     return fa, weeks, outcomes
+
+
+# -- held-out fleets (fleets.py): pages counted as incidents --------------------------------
+#
+# - An *incident* is what pages: the firings of one (target, rule) that re-fire within the
+#   rule's resolve window of the last resolution are one incident (issue 11: "an alert that
+#   resolves and re-fires within its resolve window is the same incident").
+# - A *false alarm* is an incident that starts on a target's benign time: outside every attack
+#   window on that target, a window running from the onset to an hour after the attack ends
+#   (HELDOUT_GRACE_S: an alert judged on the attack's last ticks may fire late).  A kind's
+#   aggregate target is benign outside the windows of every attack on a surface of that kind.
+# - An attack is *detected* by the first incident starting on its host (for a swarm: on any
+#   member it attacked, or on the kind's aggregate) in its window; the delay runs from the
+#   onset to the end of the alarming tick, and the bits leaked are the attack's payload bits
+#   from the onset up to and including that tick (a missed attack leaked all of its bits).
+#   Its *chance* is how likely the detector's own false-alarm rate on those targets was to
+#   start an incident within that delay anyway: a detector that pages hundreds of times a week
+#   "detects" most attacks by chance, and the report says how many were beyond it.
+# - Targets: surface names; "(all):<kind>" for a kind's aggregate; capalarm may also fire on
+#   "unclassified:<kind>" and "source:<name>", and on an aggregate of a kind with fewer
+#   surfaces (its unclassified row counts as a member), which the fleet does not hold: such
+#   incidents are counted (families "(unclassified)", "(source)", "(aggregate)") with no
+#   surface-weeks.
+
+HELDOUT_GRACE_S = 3600.0
+AGGREGATE = "(all)"
+AGGREGATE_FAMILY = "(aggregate)"
+AGGREGATE_MIN_MEMBERS = 4  # capalarm's default aggregates.<kind>.min_members
+WEEK_S = 7 * 86400.0
+
+
+def aggregate_target(kind: str) -> str:
+    return f"{AGGREGATE}:{kind}"
+
+
+@dataclass(slots=True)
+class Incident:
+    target: str
+    rule: str
+    start: int  # index of the tick at whose end the first firing came
+    end: int | None  # tick of the last resolution; None: still firing when the replay ended
+    firings: int = 1
+    figures: dict[str, Any] = field(default_factory=dict)  # the first firing's
+
+
+def change_target(change: Mapping[str, Any]) -> str:
+    """The scorer's target name of one capalarm alert change."""
+    if "source" in change:
+        return f"source:{change['source']}"
+    name = str(change.get("surface", ""))
+    if name in (AGGREGATE, "unclassified"):
+        return f"{name}:{change.get('kind', '')}"
+    return name
+
+
+def change_tick(at: float, clock: fleets.Clock) -> int:
+    """capalarm stamps a change with the end of the tick it was evaluated in."""
+    return round((at - clock.t0) / clock.tick) - 1
+
+
+def incidents(
+    changes: Iterable[Mapping[str, Any]],
+    clock: fleets.Clock,
+    resolve_window: Callable[[str, str], float],
+) -> list[Incident]:
+    """Alert state changes (capalarm backtest output: ``surface`` or ``source``, ``rule``,
+    ``state``, ``at``, ``figures``) as incidents.  ``resolve_window(target, rule)`` gives the
+    rule's resolve window in seconds.  A firing of an alert already firing (an escalation)
+    counts as a firing of the open incident.  Pending changes page nobody: ignored."""
+    open_: dict[tuple[str, str], Incident] = {}
+    last: dict[tuple[str, str], Incident] = {}
+    out: list[Incident] = []
+    for change in sorted(changes, key=lambda c: float(c["at"])):
+        state = change.get("state")
+        key = (change_target(change), str(change.get("rule", "")))
+        at = change_tick(float(change["at"]), clock)
+        if state == "firing":
+            inc = open_.get(key)
+            if inc is None:
+                prev = last.get(key)
+                window = resolve_window(*key) / clock.tick
+                if prev is not None and prev.end is not None and at - prev.end <= window:
+                    inc = prev
+                    inc.end = None
+                    inc.firings += 1
+                else:
+                    inc = Incident(key[0], key[1], at, None, 1, dict(change.get("figures") or {}))
+                    out.append(inc)
+                open_[key] = inc
+                last[key] = inc
+            else:
+                inc.firings += 1
+        elif state == "resolved":
+            inc = open_.pop(key, None)
+            if inc is not None:
+                inc.end = at
+    return out
+
+
+def incident_starts(incs: Iterable[Incident]) -> dict[str, np.ndarray]:
+    """Start ticks per target, sorted (incidents of every rule of the target)."""
+    by: dict[str, list[int]] = {}
+    for inc in incs:
+        by.setdefault(inc.target, []).append(inc.start)
+    return {t: np.sort(np.array(v, dtype=np.int64)) for t, v in by.items()}
+
+
+def mask_starts(mask: np.ndarray, window_ticks: int) -> np.ndarray:
+    """Incident starts of per-tick alarm masks (ticks x targets): a tick alarming after more
+    than ``window_ticks`` clear ticks (or first).  Returns a boolean array like ``mask``."""
+    m = mask.astype(bool)
+    cs = np.zeros((m.shape[0] + 1, *m.shape[1:]), dtype=np.int32)
+    np.cumsum(m, axis=0, out=cs[1:])
+    t = np.arange(m.shape[0])
+    lo = np.maximum(t - window_ticks - 1, 0)
+    recent = cs[t] - cs[lo]  # alarming ticks in [t - window - 1, t - 1]
+    return m & (recent == 0)
+
+
+@dataclass(slots=True)
+class AttackOutcome:
+    """One attack's result for one detector."""
+
+    attack: str
+    host: str
+    fleet: str
+    detected: bool
+    delay_ticks: int  # -1 when missed
+    delay_s: float  # inf when missed
+    leaked_bits: float
+    total_bits: float
+    beats: int  # ticks carrying payload up to the alarm (all of them when missed)
+    params: dict[str, Any] = field(default_factory=dict)
+    by: str = ""  # the target that detected it
+    figures: dict[str, Any] = field(default_factory=dict)  # the detecting incident's
+    # The chance that the detector's own false-alarm rate on these targets (incidents per
+    # benign tick) starts an incident within the same delay: 1 - exp(-rate x delay).  A
+    # detection with a chance near 1 is background firing that happened to land there.
+    chance: float = 1.0
+
+
+@dataclass(slots=True)
+class FleetScore:
+    false_alarms: dict[str, int] = field(default_factory=dict)  # by family
+    weeks: dict[str, float] = field(default_factory=dict)  # benign surface-weeks by family
+    outcomes: list[AttackOutcome] = field(default_factory=list)
+
+    def add(self, other: FleetScore) -> None:
+        for fam, n in other.false_alarms.items():
+            self.false_alarms[fam] = self.false_alarms.get(fam, 0) + n
+        for fam, w in other.weeks.items():
+            self.weeks[fam] = self.weeks.get(fam, 0.0) + w
+        self.outcomes += other.outcomes
+
+    def rate(self, family: str | None = None) -> float:
+        """False alarms per surface-week, of one family or overall."""
+        if family is not None:
+            w = self.weeks.get(family, 0.0)
+            n = self.false_alarms.get(family, 0)
+            return n / w if w else (float("inf") if n else 0.0)
+        w = sum(self.weeks.values())
+        return sum(self.false_alarms.values()) / w if w else 0.0
+
+
+def unheld_family(target: str) -> str:
+    """The family a target the fleet does not hold is counted under."""
+    if target.startswith("source:"):
+        return "(source)"
+    if target.startswith(f"{AGGREGATE}:"):
+        return AGGREGATE_FAMILY  # an aggregate capalarm formed with its unclassified row
+    return "(unclassified)"
+
+
+def targets(fleet: fleets.Fleet) -> list[tuple[str, str, tuple[int, ...]]]:
+    """(target, family, member columns) of the fleet: every surface, then each kind's
+    aggregate where the kind has AGGREGATE_MIN_MEMBERS surfaces or more."""
+    out = [(s.name, s.family, (j,)) for j, s in enumerate(fleet.surfaces)]
+    for kind in fleets.KINDS:
+        cols = tuple(j for j, s in enumerate(fleet.surfaces) if s.kind == kind)
+        if len(cols) >= AGGREGATE_MIN_MEMBERS:
+            out.append((aggregate_target(kind), AGGREGATE_FAMILY, cols))
+    return out
+
+
+def benign_masks(fleet: fleets.Fleet) -> dict[str, np.ndarray]:
+    """Per target, the ticks outside every attack window on it."""
+    grace = fleets.ticks_per(HELDOUT_GRACE_S, fleet.clock.tick)
+    out = {}
+    for name, _, cols in targets(fleet):
+        m = np.ones(fleet.ticks, dtype=bool)
+        for a in fleet.attacks:
+            if set(a.columns) & set(cols):
+                m[a.onset : a.end + grace] = False
+        out[name] = m
+    return out
+
+
+def score_fleet(
+    fleet: fleets.Fleet,
+    starts: Mapping[str, np.ndarray],
+    figures: Mapping[tuple[str, int], dict[str, Any]] | None = None,
+    benign: Mapping[str, np.ndarray] | None = None,
+) -> FleetScore:
+    """False alarms by family and attack outcomes of one detector on one fleet, from its
+    incident start ticks per target.  ``figures[(target, start)]``: what the incident that
+    started there reported (capalarm: its first firing's figures)."""
+    benign = benign if benign is not None else benign_masks(fleet)
+    figures = figures or {}
+    tick = fleet.clock.tick
+    res = FleetScore()
+    families = {name: fam for name, fam, _ in targets(fleet)}
+    for name, fam in families.items():
+        res.weeks[fam] = res.weeks.get(fam, 0.0) + benign[name].sum() * tick / WEEK_S
+        res.false_alarms.setdefault(fam, 0)
+    for name, s in starts.items():
+        s = np.asarray(s, dtype=np.int64)
+        s = s[(s >= 0) & (s < fleet.ticks)]
+        if name in families:
+            fam = families[name]
+            n = int(benign[name][s].sum())
+        else:
+            fam = unheld_family(name)
+            n = int(s.size)
+        res.false_alarms[fam] = res.false_alarms.get(fam, 0) + n
+    grace = fleets.ticks_per(HELDOUT_GRACE_S, tick)
+    for a in fleet.attacks:
+        hosts = [fleet.surfaces[c].name for c in a.columns]
+        if a.kind == "swarm":
+            kinds = {fleet.surfaces[c].kind for c in a.columns}
+            hosts += [aggregate_target(k) for k in sorted(kinds)]
+        first, by = None, ""
+        background = 0.0  # benign incidents per tick on the hosts
+        for h in hosts:
+            s = np.asarray(starts.get(h, ()), dtype=np.int64)
+            s = s[(s >= 0) & (s < fleet.ticks)]
+            if h in benign and benign[h].any():
+                background += benign[h][s].sum() / benign[h].sum()
+            hit = s[(s >= a.onset) & (s < a.end + grace)]
+            if hit.size and (first is None or hit.min() < first):
+                first, by = int(hit.min()), h
+        per_tick = a.bits.sum(axis=1)
+        total = float(per_tick.sum())
+        if first is None:
+            res.outcomes.append(
+                AttackOutcome(
+                    a.kind,
+                    a.host_family,
+                    fleet.name,
+                    False,
+                    -1,
+                    float("inf"),
+                    total,
+                    total,
+                    int((per_tick > 0).sum()),
+                    dict(a.params),
+                )
+            )
+            continue
+        upto = per_tick[: first - a.onset + 1]
+        res.outcomes.append(
+            AttackOutcome(
+                a.kind,
+                a.host_family,
+                fleet.name,
+                True,
+                first - a.onset + 1,
+                (first - a.onset + 1) * tick,
+                float(upto.sum()),
+                total,
+                int((upto > 0).sum()),
+                dict(a.params),
+                by,
+                dict(figures.get((by, first), {})),
+                float(-np.expm1(-background * (first - a.onset + 1))),
+            )
+        )
+    return res
