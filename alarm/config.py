@@ -43,21 +43,30 @@ __all__ = ["UNCLASSIFIED", "ConfigError", "parse_duration"]
 
 
 class SpikeRule(Strict):
-    """Baseline + threshold: fires when a tick's byte rate exceeds
-    max(median + z * robust_sd, median * min_ratio, floor)."""
+    """The spike rule: a tick's writes, and the rate over five and thirty minutes, against the
+    surface's own seasonal levels, each with a threshold calibrated from the surface's history
+    for ``false_alarms_per_week`` (alarm/detector/spike.py, docs/detector.md)."""
 
     enabled: bool = True
-    z: float = Field(6.0, gt=0)  # in robust standard deviations of the log-rate
-    # Legitimate bursts (deploys, cache warm-ups) reach 3-5x: below 6x nothing is a spike.
+    # The false pages a week this rule may cost on ordinary traffic, on this surface.
+    false_alarms_per_week: float = Field(0.1, gt=0, le=100)
+    # The largest incidents of the last two weeks a statistic's tail is fitted on; it judges
+    # once it has that many (and min_history).
+    min_peaks: int = Field(12, ge=3, le=48)
+    # A rate that is a spike whatever was learned, from the first tick (None: none).
+    absolute_bytes_per_second: float | None = Field(None, gt=0)
+    # How far the rate level may learn upward in one tick, in robust standard deviations of
+    # the log-rate (and at least min_ratio, at most max_ratio x the level).
+    z: float = Field(6.0, gt=0)
     min_ratio: float = Field(6.0, ge=1)
+    # Never a spike below this rate (on the tick or over the averages).
     floor_bytes_per_second: float = Field(1024.0, ge=0)
     history: Duration = 3600.0
-    min_history: Duration = 300.0
+    # History before the rule judges: a tail is not known from minutes of data.
+    min_history: Duration = 86400.0
     hold: Duration = 0.0  # how long the condition must hold before firing
     resolve_hold: Duration = 30.0  # how long it must stay clear before resolving
     hysteresis: float = Field(0.8, gt=0, le=1)
-    # The threshold never rises above max_ratio x baseline: a burst of 10x what is normal at
-    # that time of day is always a spike, however noisy the surface has been.
     max_ratio: float = Field(8.0, ge=1)
     # Daily (15-min slots) and weekly (hourly slots) profiles, used once a slot has history.
     seasonal: bool = True
@@ -102,9 +111,11 @@ class BudgetHorizon(Strict):
 class RelativeBudget(Strict):
     """Seasonal (relative) budget: a CUSUM on each tick's log-capacity score above ``ratio`` x
     the score's mean at that hour of the day; fires after about ``tolerance`` typical writes'
-    worth above it (alarm/detector/relative.py, docs/detector.md)."""
+    worth above it (alarm/detector/relative.py, docs/detector.md).  Off by default: its
+    tolerance is not calibrated for a false-alarm rate, and the derived budgets and the spike
+    rule's half-hour statistic see what it was for."""
 
-    enabled: bool = True
+    enabled: bool = False
     # (r - 1) / ln r for an activity rate rising r-fold: 3 is the optimum for r ~ 7.
     ratio: float = Field(3.0, gt=1)
     tolerance: float = Field(8.0, gt=0)  # in the surface's typical active ticks

@@ -173,6 +173,9 @@ class SourceHealth:
     last_success_at: float = 0.0  # last complete read or poll (unix s)
     read_seconds: float = 0.0  # what the last read or poll took
     mode: str = ""  # how it reads, where the source has a choice (fs: inotify, poll)
+    # Why the source cannot see what it watches although it runs ("" while it sees): a
+    # missed canary, a watched tree gone, a registry not polled successfully for too long.
+    blind: str = ""
     errors: int = 0  # failures (a poll that failed, a reader that died)
     last_error: str = ""
     last_error_at: float = 0.0

@@ -41,6 +41,8 @@ DEFAULT_SEVERITIES: dict[str, str] = {
     "records_lost": "error",
     "forged_records": "critical",
     "source_down": "error",
+    # The source runs but cannot see (a canary missed, a tree gone, a poll too old).
+    "surface_blind": "error",
     "outbox_write_failed": "critical",
 }
 

@@ -268,6 +268,7 @@ class Pipeline:
                     forged=s.pending["forged_records"],
                     lost_total=s.counters["records_lost"],
                     forged_total=s.counters["forged_records"],
+                    blind="" if h is None else h.blind,
                 )
             )
             s.pending.clear()
@@ -429,6 +430,8 @@ def _surface_view(
         seasonal_judged=f.seasonal_judged,
         drop_state=None if drop is None else int(drop),
         beacon_state=None if beacon is None else int(beacon),
+        learning=bool(det.spike.learning[row]),
+        budget_misconfigured=bool(det.budget.misconfigured[row]),
     )
 
 

@@ -34,6 +34,10 @@ class SurfaceView:
     seasonal_judged: bool = False
     drop_state: int | None = None  # None: the drop rule is off for this surface
     beacon_state: int | None = None  # None: the beacon rule is off for this surface
+    # The spike rule does not judge yet: its tails are not known (budgets and beacon protect).
+    learning: bool = False
+    # A declared budget that fired on ordinary traffic for a day: now judging what is on top.
+    budget_misconfigured: bool = False
 
 
 @dataclass(slots=True)

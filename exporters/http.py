@@ -34,6 +34,8 @@ def surfaces_json(snap: Snapshot) -> dict[str, Any]:
                 "baseline_bytes_per_second": s.baseline,
                 "threshold_bytes_per_second": s.threshold,
                 "baseline_ready": s.baseline_ready,
+                "learning": s.learning,
+                "budget_misconfigured": s.budget_misconfigured,
                 "capacity_bits_per_second": s.capacity_bps,
                 "budget": {
                     "allowance_bits_per_second": s.budget_allowance,
@@ -59,6 +61,7 @@ def surfaces_json(snap: Snapshot) -> dict[str, Any]:
                 "mode": v.health.mode,
                 "up": v.health.up,
                 "caught_up": v.health.caught_up,
+                "blind": sanitize(v.health.blind),
                 "provenance_verified": v.health.provenance_verified,
                 "counters": {c: v.counters.get(c, 0) for c in v.declared},
                 "watermark": v.watermark,

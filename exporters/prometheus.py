@@ -106,8 +106,16 @@ def spike_families(snap: Snapshot) -> Iterable[Metric]:
         snap,
         g,
         "baseline_ready",
-        "1 when the baseline has enough history to judge spikes.",
+        "1 when every statistic of the spike rule judges (its tail is known).",
         lambda s: float(s.baseline_ready),
+    )
+    yield _surface_family(
+        snap,
+        g,
+        "learning",
+        "1 while the spike rule does not judge the surface yet (no statistic's tail is known); "
+        "its budgets and the beacon rule protect it meanwhile.",
+        lambda s: float(s.learning),
     )
 
 
@@ -153,6 +161,14 @@ def budget_families(snap: Snapshot) -> Iterable[Metric]:
     yield _surface_family(
         snap,
         g,
+        "budget_misconfigured",
+        "1 when the surface's declared budget fired on its ordinary traffic for more than a day: "
+        "it now judges what comes on top of that traffic.",
+        lambda s: float(s.budget_misconfigured),
+    )
+    yield _surface_family(
+        snap,
+        g,
         "seasonal_budget_ratio",
         "Seasonal budget: its CUSUM over its tolerance (the budget alert fires above 1; 0 while "
         "it does not judge).",
@@ -192,6 +208,12 @@ _SOURCE_GAUGES: tuple[tuple[str, str, Callable[[SourceView], float]], ...] = (
         "1 when the source proves a record came from the kernel (kmsg facility, journald "
         "transport); 0 for files, which cannot.",
         lambda v: float(v.health.provenance_verified),
+    ),
+    (
+        "blind",
+        "1 while the source runs but cannot see what it watches (canary missed, tree gone, poll "
+        "too old): the surface_blind alarm.",
+        lambda v: float(bool(v.health.blind)),
     ),
     (
         "caught_up",

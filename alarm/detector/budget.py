@@ -5,13 +5,57 @@ subtracts what the surface may carry (allowance k x tick length).  The sum never
 so quiet time earns no credit beyond zero; when it exceeds the tolerance h, more than h bits
 above the allowance have gone through: the largest leak tolerated has been reached.  Active from
 the first tick — no learning period excuses an open channel.
+
+Budgets that fit the surface.  A declared surface without a budget of its own (and a kind's
+aggregate) gets one *derived from what it carries*, horizon by horizon:
+
+- the allowance is its envelope — the largest mean capacity over a window of the horizon
+  (two sets of windows, the second half a window later, so that no boundary splits a job
+  shorter than half a window), the current windows included, forgetting over two weeks —
+  times ``ENVELOPE_MARGIN``, never below
+  the unclassified surface's allowance (the tightest budget there is).  While the surface is
+  new (``LEARNING_SECONDS``) the envelope follows the traffic freely; after that it may rise by
+  at most ``max_learn_up`` a day, so a drip on a quiet surface outruns it;
+- the tolerance, the margin in bits, is one window at that allowance (never below the
+  unclassified tolerance): to fire, a window must carry more than twice what the allowance
+  lets through, two and a half times the most the surface carried in a window of the
+  horizon.  A quiet surface, whose envelope is a few stray packets an hour, gets a small one,
+  and a drip of 10 bit/s is caught within hours; a busy one a large one;
+- while the surface is new, the kind's default budget (what ``rules`` holds) protects it,
+  its allowance raised to the envelope (a busy surface is not a leak); after that a horizon
+  as short as ``BURST_WINDOW`` is off: bursts are the spike rule's, whose thresholds are
+  calibrated, while a minute's envelope cannot know a cache's next warm-up.
+
+A declared budget that fires on a surface's ordinary traffic for more than
+``MISCONFIGURED_SECONDS`` is reported as misconfigured (``misconfigured``) and from then on
+judges what comes on top of that traffic, as a derived one does, instead of holding one page
+open forever.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from alarm.config import BudgetRule
+from alarm.settings import parse_duration
+
+ENVELOPE_MARGIN = 1.25  # a derived allowance is this much above the envelope
+BURST_WINDOW = 60.0  # derived budgets have no horizon this short (bursts are spikes)
+ENVELOPE_MEMORY = 14 * 86400.0  # the envelope forgets with this time constant
+LEARNING_SECONDS = 86400.0
+MISCONFIGURED_SECONDS = 86400.0
+WINDOW_MAX = 7 * 86400.0
+
+
+def horizon_window(name: str, allowance: float, tolerance: float) -> float:
+    """A horizon's window in seconds: its name where it is a duration ("1m", "1h", "1d"),
+    else the CUSUM's own time scale, tolerance / allowance."""
+    try:
+        return min(WINDOW_MAX, max(1.0, parse_duration(name)))
+    except ValueError:
+        return min(WINDOW_MAX, max(1.0, tolerance / max(allowance, 1e-9)))
 
 
 def capacity_bits(nbytes: int, events: int, meta_bits_per_event: float) -> float:
@@ -51,34 +95,82 @@ class BudgetBank:
     what it carried, not on what it would carry if it went on.
     """
 
-    STATE = ("excess", "last_step")
+    STATE = (
+        "excess",
+        "last_step",
+        "follow_excess",
+        "envelope",
+        "window_bits",
+        "age",
+        "misconfigured",
+    )
 
-    def __init__(self, rules: list[BudgetRule]):
+    def __init__(
+        self,
+        rules: list[BudgetRule],
+        tick: float = 10.0,
+        derived: list[bool] | None = None,
+        floors: list[BudgetRule] | None = None,
+        max_learn_up: float = 4.0,
+    ):
+        """``derived``: rows whose budget is derived from what they carry (``rules`` holds
+        what protects them while they are new); ``floors``: per row, the least a derived
+        budget may allow, horizon by horizon (the unclassified budget of its kind)."""
         horizons = [_horizon_list(r) for r in rules]
         width = max((len(h) for h in horizons), default=1)
         n = len(rules)
+        self.tick = tick
         self.names: list[list[str]] = [[name for name, _, _ in h] for h in horizons]
-        self.allowance = np.full((width, n), np.inf)
-        self.tolerance = np.full((width, n), np.inf)
+        self.declared_allowance = np.full((width, n), np.inf)
+        self.declared_tolerance = np.full((width, n), np.inf)
+        self.window = np.ones((width, n), dtype=np.int64)  # ticks
         for row, hs in enumerate(horizons):
-            for i, (_, k, h) in enumerate(hs):
-                self.allowance[i, row] = k
-                self.tolerance[i, row] = h
+            for i, (name, k, h) in enumerate(hs):
+                self.declared_allowance[i, row] = k
+                self.declared_tolerance[i, row] = h
+                self.window[i, row] = max(1, round(horizon_window(name, k, h) / tick))
+        self.derived = np.array(derived if derived is not None else [False] * n, dtype=bool)
+        self.floor_allowance = np.zeros((width, n))
+        self.floor_tolerance = np.zeros((width, n))
+        for row, floor in enumerate(floors or []):
+            fl = _horizon_list(floor)
+            for i in range(width):
+                _, k, h = fl[min(i, len(fl) - 1)]
+                self.floor_allowance[i, row] = k
+                self.floor_tolerance[i, row] = h
         self.enabled = np.array([r.enabled for r in rules], dtype=bool)
+        self.allowance = self.declared_allowance.copy()
+        self.tolerance = self.declared_tolerance.copy()
         self._inv_tolerance = 1.0 / self.tolerance  # 0 on padding
         self.excess = np.zeros((width, n))
         self.last_step = np.zeros((width, n))
+        self.envelope = np.zeros((width, n))  # bits/s
+        # Bits so far in the current windows: [0] aligned to the start, [1] half a window on.
+        self.window_bits = np.zeros((2, width, n))
+        self.age = np.zeros(n)
+        self.misconfigured = np.zeros(n, dtype=bool)
+        self._following = np.zeros((width, n), dtype=bool)
+        # Horizons a derived budget keeps (see the module docstring).
+        self.fitted = self.window * tick > BURST_WINDOW
+
+        self._forget = math.exp(-tick / ENVELOPE_MEMORY)
+        self._rise = max_learn_up ** (tick / 86400.0)
+        # The sum over the envelope's allowance, for every row: a declared budget may turn
+        # out to be misconfigured, and then it follows what the surface carries too.
+        self.follow_excess = np.zeros((width, n))
 
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.allowance, self.tolerance, *self._state()))
+        fixed = (self.allowance, self.tolerance, self.declared_allowance, self.window)
+        return sum(a.nbytes for a in fixed) + sum(getattr(self, a).nbytes for a in self.STATE)
 
-    def _state(self) -> tuple[np.ndarray, ...]:
-        return self.excess, self.last_step
-
-    def update(self, bits: np.ndarray, seconds: float) -> tuple[np.ndarray, np.ndarray]:
-        """Add one tick.  Returns (projected ratio, ratio): the largest S/h over the horizons
-        with and without the one-tick look-ahead."""
-        before = self.excess
+    def update(
+        self, bits: np.ndarray, seconds: float, now: float = 0.0
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Add one tick (ending at ``now``).  Returns (projected ratio, ratio): the largest
+        S/h over the horizons with and without the one-tick look-ahead."""
+        followed = self._follow(bits, seconds, now)
+        # Rows that follow what they carry are judged by the sum over the envelope.
+        before = np.where(self._following, followed, self.excess)
         after = before + bits
         after -= self.allowance * seconds
         np.maximum(after, 0.0, out=after)
@@ -89,6 +181,53 @@ class BudgetBank:
         self.excess = after
         self.last_step = step
         return projected.max(axis=0), ratio.max(axis=0)
+
+    def _follow(self, bits: np.ndarray, seconds: float, now: float) -> np.ndarray:
+        """Learn the envelope and the tail of the sum over it; set the allowance and tolerance
+        of the rows that follow what they carry (derived once known, misconfigured).  Returns
+        the sum over the envelope as it was before this tick."""
+        self.age += seconds
+        learning = self.age < LEARNING_SECONDS
+        self.window_bits += bits
+        ticks = np.broadcast_to(np.round(self.age / seconds).astype(np.int64), self.window.shape)
+        offset = np.stack([ticks, ticks + self.window // 2])
+        done = (offset % self.window) == 0
+        held = np.where(done, self.window, offset % self.window)
+        held = np.where(held == 0, self.window, held)
+        mean = (self.window_bits / (held * seconds)).max(axis=0)
+        self.window_bits[done] = 0.0
+        grown = np.maximum(self.envelope * self._forget, mean)
+        capped = np.maximum(self.envelope * self._rise, self.floor_allowance / ENVELOPE_MARGIN)
+        self.envelope = np.where(learning, grown, np.minimum(grown, capped))
+        k = np.maximum(self.floor_allowance, ENVELOPE_MARGIN * self.envelope)
+        k = np.where(self.misconfigured, np.maximum(k, self.declared_allowance), k)
+        k = np.where(np.isfinite(self.declared_allowance), k, np.inf)  # padding stays so
+        before = self.follow_excess
+        self.follow_excess = np.maximum(before + bits - k * seconds, 0.0)
+        h = np.maximum(self.floor_tolerance, k * self.window * seconds)
+        h = np.where(self.misconfigured, np.maximum(h, self.declared_tolerance), h)
+        follows = self.derived | self.misconfigured
+        self._following = follows & self.fitted & ~learning
+        # While new: the declared (the kind's default) budget, its allowance raised to what the
+        # surface carries (a busy surface is not a leak); after: no burst horizon.
+        raised = np.maximum(self.declared_allowance, k)
+        raised = np.where(self.derived & ~self.fitted & ~learning, np.inf, raised)
+        self.allowance = np.where(
+            self._following, k, np.where(follows, raised, self.declared_allowance)
+        )
+        self.tolerance = np.where(self._following, h, self.declared_tolerance)
+        self._inv_tolerance = 1.0 / self.tolerance
+        return before
+
+    def mark_misconfigured(self, rows: np.ndarray) -> None:
+        """Declared budgets that fired on ordinary traffic for too long: judge from now on what
+        comes on top of it (the sum starts again, so the page closes)."""
+        if not rows.size:
+            return
+        self.misconfigured[rows] = True
+        self.excess[:, rows] = 0.0
+        self.follow_excess[:, rows] = 0.0
+        self.last_step[:, rows] = 0.0
 
     def binding(self, row: int) -> int:
         """The horizon closest to (or furthest past) its tolerance."""

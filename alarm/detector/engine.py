@@ -10,6 +10,7 @@ surfaces; Python runs per surface only for the few rows whose alert state change
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,17 +21,21 @@ from alarm.config import Config
 from alarm.detector import persist
 from alarm.detector.alerts import AlertBank, AlertChange, AlertMachine, AlertState, fingerprint
 from alarm.detector.beacon import BeaconBank
-from alarm.detector.budget import BudgetBank
+from alarm.detector.budget import ENVELOPE_MARGIN, MISCONFIGURED_SECONDS, BudgetBank
 from alarm.detector.relative import RelativeBank
 from alarm.detector.rows import AGGREGATE, plan_rows
 from alarm.detector.seasonal import Prediction, SeasonalBaseline
+from alarm.detector.spike import SizeLevel, SpikeJudgement, SpikeModel
+from alarm.detector.tail import TailBank
 from alarm.detector.views import SurfaceFigures, SurfaceMap
 from alarm.surfaces import SurfaceKey
+
+log = logging.getLogger("capalarm.detector")
 
 # Source rules fire on any occurrence in a tick: a lost fence record is a blind spot and a
 # forged one is someone trying to hide or fake traffic.  They resolve after a quiet minute.
 SOURCE_RESOLVE_HOLD = 60.0
-SOURCE_RULES = ("records_lost", "forged_records", "source_down")
+SOURCE_RULES = ("records_lost", "forged_records", "source_down", "surface_blind")
 REMOVED = "removed from the configuration"
 # The learned profiles: saved on a slower cadence than the rest of the state (state_arrays).
 SLOW_ARRAYS = frozenset(
@@ -39,6 +44,8 @@ SLOW_ARRAYS = frozenset(
         "baseline.day_n",
         "baseline.week",
         "baseline.week_n",
+        "size.hour",
+        "size.hour_n",
         "relative.level",
         "relative.level_n",
     }
@@ -62,6 +69,7 @@ class SourceJudgement:
     forged: int
     lost_total: int
     forged_total: int
+    blind: str = ""  # why the source cannot see ("" while it sees)
 
 
 class Detector:
@@ -75,8 +83,9 @@ class Detector:
         self.targets = plan.targets
         n = len(self.keys)
 
-        self.baseline = SeasonalBaseline(plan.spike, config.tick)
-        self.budget = BudgetBank(plan.budget)
+        self.spike = SpikeModel(plan.spike, config.tick)
+        self.baseline = self.spike.baseline  # the rate level (what drop and figures read)
+        self.budget = BudgetBank(plan.budget, config.tick, plan.derived, plan.floors)
         self.relative = RelativeBank(plan.budget, config.tick)
         self._meta = plan.meta_bits
         self.spike_alerts = AlertBank(
@@ -85,7 +94,6 @@ class Detector:
             np.array([r.hold for r in plan.spike]),
             np.array([r.resolve_hold for r in plan.spike]),
         )
-        self._spike_hyst = np.array([r.hysteresis for r in plan.spike])
         self._escalate = np.array([r.escalate_ratio for r in plan.spike], dtype=np.float64)
         self._escalate[self._escalate <= 0] = np.inf
         self._drop = np.array([r.drop_ratio if r.enabled else 0.0 for r in plan.spike])
@@ -134,6 +142,7 @@ class Detector:
         self._threshold = np.zeros(n)
         self._ready = np.zeros(n, dtype=bool)
         self._bytes = np.zeros(n)
+        self._judgement: SpikeJudgement | None = None
 
         self.surfaces = SurfaceMap(self)
         self.source_alerts: dict[tuple[str, str], AlertMachine] = {}
@@ -165,10 +174,15 @@ class Detector:
         self._events_rate = e / tick
         self._capacity = bits / tick
 
-        p = self.baseline.predict(now - tick)
-        self._base, self._threshold, self._ready = p.baseline, p.threshold, p.ready
-        spike_breach = rate > p.threshold
-        proj, ratio = self.budget.update(bits, tick)
+        judgement = self.spike.judge(now - tick, b)
+        self._judgement = judgement
+        p = judgement.level
+        self._base = p.baseline
+        # What a written tick must pass to be a spike (bytes/s; +inf where not judged).
+        self._threshold = np.exp(judgement.size_level + judgement.thresholds[0]) / tick
+        self._ready = self.spike.ready
+        spike_breach = judgement.breach
+        proj, ratio = self.budget.update(bits, tick, now)
         rel_proj, rel_ratio, _ = self.relative.update(bits, now - tick)
         # One budget alert per surface: the absolute horizons or the seasonal (relative) rule.
         budget_breach = self.budget.enabled & ((proj > 1.0) | (rel_proj > 1.0))
@@ -180,9 +194,7 @@ class Detector:
             self._suppress_aggregates(budget_breach)
 
         changes: list[AlertChange] = []
-        spike_changes = self.spike_alerts.step(
-            now, tick, spike_breach, rate <= p.threshold * self._spike_hyst
-        )
+        spike_changes = self.spike_alerts.step(now, tick, spike_breach, judgement.clear)
         for row, prev, new in spike_changes:
             changes.append(self._change(row, "spike", prev, new, now, contributors))
         for row in self.spike_alerts.escalations(rate, self._escalate, spike_changes):
@@ -190,21 +202,43 @@ class Detector:
                 self._change(row, "spike", AlertState.FIRING, AlertState.FIRING, now, contributors)
             )
         if self._drop.any():
-            changes += self._drops(now, tick, rate, p, contributors)
+            changes += self._drops(now, tick, self.spike.rates[-1], p, contributors)
         for row, prev, new in self.budget_alerts.step(
             now, tick, budget_breach, ratio <= self._budget_hyst
         ):
             changes.append(self._change(row, "budget", prev, new, now, contributors))
+        self._misconfigured(now)
         beacon = self.beacon.update(round(now / tick), b)
         for row, prev, new in self.beacon_alerts.step(now, tick, beacon, ~beacon):
             changes.append(self._change(row, "beacon", prev, new, now, contributors))
-        self.baseline.learn(rate, p)
+        self.spike.learn(judgement, now - tick, b, tick)
         return changes
+
+    def _misconfigured(self, now: float) -> None:
+        """A declared budget firing on the surface's ordinary traffic for more than a day is
+        misconfigured: say so once, and judge what comes on top of that traffic from now on."""
+        bank = self.budget
+        alerts = self.budget_alerts
+        firing = alerts.state == AlertState.FIRING
+        if not firing.any():
+            return
+        long = firing & ~bank.derived & ~bank.misconfigured
+        long &= now - alerts.started_at > MISCONFIGURED_SECONDS
+        ordinary = (ENVELOPE_MARGIN * bank.envelope > bank.declared_allowance).any(axis=0)
+        rows = np.flatnonzero(long & ordinary)
+        for row in rows.tolist():
+            log.warning(
+                "%s: its declared budget has fired on its ordinary traffic for more than a day "
+                "(misconfigured); from now on it judges what comes on top of that traffic",
+                self.targets[row],
+            )
+        bank.mark_misconfigured(rows)
 
     def _drops(
         self, now: float, tick: float, rate: np.ndarray, p: Prediction, contributors: Evidence
     ) -> list[AlertChange]:
-        """The drop rule: rate below baseline / drop_ratio with at least the floor missing."""
+        """The drop rule: the half-hour rate below baseline / drop_ratio with at least the
+        floor missing."""
         thr = np.divide(p.baseline, self._drop, out=np.zeros(rate.size), where=self._drop > 0)
         self._drop_threshold = thr
         breach = p.ready & (rate < thr) & (p.baseline - rate >= self.baseline.floor)
@@ -315,6 +349,7 @@ class Detector:
                 f"(below {threshold:,.0f} B/s: most of what it usually writes is missing)"
             )
         elif rule == "spike":
+            figures |= self.spike.figures(row, self._judgement)
             value, threshold = f.rate, float(self._threshold[row])
             ratio = f.rate / f.baseline if f.baseline > 0 else float("inf")
             what = (
@@ -392,15 +427,15 @@ class Detector:
                 "records_lost": j.lost + j.lost_unknown,
                 "forged_records": j.forged,
                 "source_down": 0 if j.up else 1,
+                "surface_blind": 1 if j.blind else 0,
             }
             for rule, value in values.items():
                 machine = self.source_alerts.get((j.name, rule))
                 if machine is None:
                     machine = _source_machine(j.name, rule)
                     self.source_alerts[(j.name, rule)] = machine
-                change = machine.step(
-                    now, tick, float(value), 0.0 if rule != "source_down" else 0.5
-                )
+                level = 0.5 if rule in ("source_down", "surface_blind") else 0.0
+                change = machine.step(now, tick, float(value), level)
                 if change:
                     changes.append(_source_change(j, rule, change, machine, now))
         return changes
@@ -452,6 +487,9 @@ class Detector:
     # -- state -------------------------------------------------------------------------
     def _state_arrays(self) -> dict[str, np.ndarray]:
         out = {f"baseline.{a}": getattr(self.baseline, a) for a in SeasonalBaseline.STATE}
+        out |= {f"size.{a}": getattr(self.spike.size, a) for a in SizeLevel.STATE}
+        out["spike.rates"] = self.spike.rates
+        out |= {f"spike.tail.{a}": getattr(self.spike.tail, a) for a in TailBank.STATE}
         out |= {f"budget.{a}": getattr(self.budget, a) for a in BudgetBank.STATE}
         out |= {f"relative.{a}": getattr(self.relative, a) for a in RelativeBank.STATE}
         out |= {f"beacon.{a}": getattr(self.beacon, a) for a in BeaconBank.STATE}
@@ -471,7 +509,7 @@ class Detector:
             self._bytes,
         )
         return (
-            self.baseline.nbytes()
+            self.spike.nbytes()
             + self.budget.nbytes()
             + self.relative.nbytes()
             + self.beacon.nbytes()
@@ -642,6 +680,9 @@ def _source_change(
             "look-alike fence lines"
         )
         value = j.forged
+    elif rule == "surface_blind":
+        what = f"cannot see what it watches: {j.blind or 'blind'}"
+        value = 1 if j.blind else 0
     else:
         what = f"is not reading: {j.last_error or 'down'}"
         value = 0 if j.up else 1

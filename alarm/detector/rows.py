@@ -31,6 +31,11 @@ class RowPlan:
     members: int  # rows [0, members) are table surfaces
     spike: list[SpikeRule]
     budget: list[BudgetRule]
+    # Budgets derived from what the row carries (no budget declared); ``budget`` then holds
+    # what protects the row while it is new.
+    derived: list[bool]
+    # The least a derived budget may allow: the row's kind's unclassified budget.
+    floors: list[BudgetRule]
     beacon: list[BeaconRule]  # off on aggregates: members' beacons alarm on the members
     meta_bits: np.ndarray
     # For aggregate row members + j: the member rows it sums (as an index array).
@@ -45,17 +50,22 @@ def plan_rows(config: Config, keys: list[SurfaceKey]) -> RowPlan:
     by_name = {(s.kind, s.name): s for s in config.surfaces}
     spike: list[SpikeRule] = []
     budget: list[BudgetRule] = []
+    derived: list[bool] = []
+    floors: list[BudgetRule] = []
     meta: list[float] = []
     for key in keys:
         declared = by_name.get(key)
+        floors.append(config.unclassified_budget(key[0]))
         if declared is not None:
             spike.append(declared.spike)
             budget.append(declared.effective_budget())
+            derived.append(declared.budget is None)
             meta.append(declared.meta_bits_per_event)
         else:
             assert key[1] == UNCLASSIFIED, key
             spike.append(config.unclassified_spike)
             budget.append(config.unclassified_budget(key[0]))
+            derived.append(False)  # default deny: what nobody declared gets the tightest
             meta.append(DEFAULT_META_BITS_PER_EVENT)
 
     rows = list(keys)
@@ -69,10 +79,14 @@ def plan_rows(config: Config, keys: list[SurfaceKey]) -> RowPlan:
         aggregate_of.append(members)
         spike.append(rule.spike)
         budget.append(rule.budget or derived_budget(rule, [budget[i] for i in members]))
+        derived.append(rule.budget is None)
+        floors.append(config.unclassified_budget(kind))
         meta.append(0.0)  # members' bits already include their metadata allowance
     beacon = [b.beacon for b in budget[: len(keys)]]
     beacon += [BeaconRule(enabled=False)] * len(aggregate_of)
-    return RowPlan(rows, len(keys), spike, budget, beacon, np.array(meta), aggregate_of)
+    return RowPlan(
+        rows, len(keys), spike, budget, derived, floors, beacon, np.array(meta), aggregate_of
+    )
 
 
 def derived_budget(rule: AggregateRule, members: list[BudgetRule]) -> BudgetRule:

@@ -1,0 +1,206 @@
+"""The spike rule with calibrated thresholds: what a surface writes, judged against its own
+history for a set rate of false pages (``spike.false_alarms_per_week``).
+
+Real surfaces write intermittently (a cache in a third of its ticks, a scratch directory in
+half), in heavy-tailed sizes, on daily and weekly cycles.  So a surface is described by three
+statistics, each with a seasonal level and a calibrated tail (tail.py):
+
+- ``size``: the log of the bytes of a tick that has writes, against its level at that hour of
+  the day (learned on written ticks only).  Whether a tick has writes at all is not part of
+  it: a tick without writes is not judged, so a cache's idle ticks do not drag its level down
+  and its ordinary writes never look like spikes (the failure of a level learned on every
+  tick);
+- ``5m`` and ``30m``: the log of the byte rate averaged over five and thirty minutes
+  (exponentially), against the seasonal level of the half-hour rate (daily and weekly
+  profiles, seasonal.py).  These carry the duty cycle: writing more often is a higher rate.
+  They see what no single tick shows: a ramp, a swarm on an aggregate, a level that moved.
+
+Each statistic's residual (statistic minus level) has its own tail, declustered into
+incidents; the rule's budget of false pages is split between the three, and the rule fires
+when any judged statistic passes its threshold.  Until a statistic's tail is known it does not
+judge (the surface is *learning*; budgets and the beacon rule protect it meanwhile); a
+configured ``absolute_bytes_per_second`` is a spike from the first tick.  What is learned is
+never what was judged anomalous, so an attack does not teach the next one in.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from alarm.config import SpikeRule
+from alarm.detector.seasonal import DAY, Prediction, SeasonalBaseline
+from alarm.detector.tail import TailBank, target_rate
+
+STATISTICS = ("size", "5m", "30m")
+HOUR = 3600.0
+HOURS = 24
+SIZE_MEMORY = 7.0  # occurrences (days) an hour-of-day size level averages over
+SIZE_READY = 10  # written ticks before an hour's size level is used
+HUBER = 3.0  # residuals beyond this many spreads are learned as this many
+SCALES = (300.0, 1800.0)  # the two averaged rates' time constants
+# Judged ticks after which an incident of each statistic is over: a minute of writes for the
+# size, the time constant for the averages.
+RUN_SECONDS = (60.0, *SCALES)
+
+
+@dataclass(slots=True)
+class SpikeJudgement:
+    """One tick's judgement for every row."""
+
+    breach: np.ndarray  # bool: a spike this tick
+    clear: np.ndarray  # bool: every statistic below its threshold less the hysteresis
+    residuals: list[np.ndarray]  # per statistic
+    judged: list[np.ndarray]  # per statistic: had the statistic this tick
+    thresholds: list[np.ndarray]  # per statistic (residual space; +inf: not judged)
+    which: np.ndarray  # int: the statistic that breached most (index into STATISTICS)
+    level: Prediction  # the rate level (seasonal baseline of the 30-minute rate)
+    size_level: np.ndarray  # log bytes of a written tick at this hour
+
+
+class SizeLevel:
+    """Per row, the log bytes of a written tick by hour of the day, learned on written ticks
+    only (a robust mean: residuals clipped at HUBER spreads)."""
+
+    STATE = ("hour", "hour_n", "overall", "count", "spread")
+
+    def __init__(self, rows: int, tick: float):
+        f32 = np.float32
+        # A slot averages over about SIZE_MEMORY days of its hour's written ticks.
+        self.alpha_slot = 1.0 / (SIZE_MEMORY * max(1.0, HOUR / tick))
+        self.hour = np.zeros((HOURS, rows), dtype=f32)
+        self.hour_n = np.zeros((HOURS, rows), dtype=np.uint32)
+        self.overall = np.zeros(rows)
+        self.count = np.zeros(rows, dtype=np.int64)
+        self.spread = np.ones(rows)
+
+    def nbytes(self) -> int:
+        return sum(getattr(self, a).nbytes for a in self.STATE)
+
+    def predict(self, hour: int) -> np.ndarray:
+        use = self.hour_n[hour] >= SIZE_READY
+        return np.where(use, self.hour[hour].astype(np.float64), self.overall)
+
+    def learn(self, x: np.ndarray, written: np.ndarray, hour: int, level: np.ndarray) -> None:
+        w = written
+        n1 = (self.count + 1).astype(np.float64)
+        bound = HUBER * self.spread
+        resid = np.clip(x - level, -bound, bound)
+        a = np.maximum(1.0 / n1, 1e-3)
+        first = self.count == 0
+        overall = np.where(first, x, self.overall + a * np.clip(x - self.overall, -bound, bound))
+        self.overall = np.where(w, overall, self.overall)
+        self.spread = np.where(w, self.spread + a * (np.abs(resid) - self.spread), self.spread)
+        np.maximum(self.spread, 0.05, out=self.spread)
+        c = self.hour_n[hour]
+        slot = self.hour[hour].astype(np.float64)
+        a_slot = np.maximum(1.0 / (c + 1.0), self.alpha_slot)
+        moved = np.where(c == 0, x, slot + a_slot * np.clip(x - slot, -bound, bound))
+        self.hour[hour] = np.where(w, moved, slot).astype(np.float32)
+        np.add(c, 1, out=c, where=w & (c < np.iinfo(np.uint32).max))
+        self.count += w
+
+
+class SpikeModel:
+    """The calibrated spike rule for every row."""
+
+    def __init__(self, rules: list[SpikeRule], tick: float):
+        n = len(rules)
+        self.tick = tick
+        self.enabled = np.array([r.enabled for r in rules], dtype=bool)
+        self.floor = np.array([r.floor_bytes_per_second for r in rules], dtype=np.float64)
+        self.absolute = np.array(
+            [r.absolute_bytes_per_second or np.inf for r in rules], dtype=np.float64
+        )
+        self.log_hyst = np.log(np.array([r.hysteresis for r in rules]))
+        self.baseline = SeasonalBaseline(rules, tick)
+        self.size = SizeLevel(n, tick)
+        self.rates = np.zeros((len(SCALES), n))
+        self.alphas = np.array([1.0 - math.exp(-tick / s) for s in SCALES])[:, None]
+        self.unit = self.baseline.unit
+        m = len(STATISTICS)
+        top = np.array([r.min_peaks for r in rules])
+        min_seconds = np.array([r.min_history for r in rules])
+        rate_t = np.array([target_rate(r.false_alarms_per_week, m) for r in rules])
+        runs = np.repeat([max(1, round(run / tick)) for run in RUN_SECONDS], n)
+        # One bank for the three statistics, row-major by statistic: [size | 5m | 30m].
+        self.tail = TailBank(
+            m * n, runs, np.tile(rate_t, m), np.tile(top, m), np.tile(min_seconds, m)
+        )
+
+    def nbytes(self) -> int:
+        return self.baseline.nbytes() + self.size.nbytes() + self.rates.nbytes + self.tail.nbytes()
+
+    def _per_statistic(self, flat: np.ndarray) -> np.ndarray:
+        return flat.reshape(len(STATISTICS), -1)
+
+    @property
+    def ready(self) -> np.ndarray:
+        """Rows whose every statistic judges."""
+        return self.enabled & self._per_statistic(self.tail.ready).all(axis=0)
+
+    @property
+    def learning(self) -> np.ndarray:
+        """Rows where no statistic judges yet."""
+        return self.enabled & ~self._per_statistic(self.tail.ready).any(axis=0)
+
+    def judge(self, start: float, nbytes: np.ndarray) -> SpikeJudgement:
+        """The tick that began at ``start`` with ``nbytes`` per row."""
+        tick = self.tick
+        rate = nbytes / tick
+        self.rates += self.alphas * (rate - self.rates)
+        level = self.baseline.predict(start)
+        hour = int((start % DAY) // HOUR)
+        written = nbytes > 0
+        x_size = np.log(np.maximum(nbytes, 1.0))
+        size_level = self.size.predict(hour)
+        y_rates = np.log1p(self.rates / self.unit)
+        residuals = [x_size - size_level, *(y - level.pred_y for y in y_rates)]
+        judged = [written, *([np.ones(rate.size, dtype=bool)] * len(SCALES))]
+        z = self._per_statistic(self.tail.threshold())
+        thresholds = [np.where(self.enabled, row, np.inf) for row in z]
+        over = [
+            np.where(j, r - z, -np.inf)
+            for r, j, z in zip(residuals, judged, thresholds, strict=True)
+        ]
+        stacked = np.vstack(over)
+        worst = stacked.max(axis=0)
+        breach = (worst > 0) & (np.maximum(rate, self.rates.max(axis=0)) >= self.floor)
+        breach |= rate > self.absolute
+        clear = np.all(stacked <= self.log_hyst, axis=0) & (rate <= self.absolute)
+        return SpikeJudgement(
+            breach, clear, residuals, judged, thresholds, stacked.argmax(axis=0), level, size_level
+        )
+
+    def learn(self, j: SpikeJudgement, start: float, nbytes: np.ndarray, seconds: float) -> None:
+        hour = int((start % DAY) // HOUR)
+        r = np.concatenate(j.residuals)
+        judged = np.concatenate(j.judged)
+        z = np.concatenate(j.thresholds)
+        self.tail.update(r, judged, start + seconds, seconds, judged & (r > z))
+        # Levels learn what was not a spike.
+        calm = ~j.breach
+        written = (nbytes > 0) & calm
+        self.size.learn(np.log(np.maximum(nbytes, 1.0)), written, hour, j.size_level)
+        self.baseline.learn(np.where(calm, self.rates[-1], j.level.baseline), j.level)
+
+    def figures(self, row: int, j: SpikeJudgement | None) -> dict[str, float | bool | str]:
+        """Per statistic: its threshold in bytes/s where it judges."""
+        out: dict[str, float | bool | str] = {}
+        if j is None:
+            return out
+        tick = self.tick
+        for i, name in enumerate(STATISTICS):
+            z = float(j.thresholds[i][row])
+            if not math.isfinite(z):
+                out[f"{name}_threshold_bytes_per_second"] = 0.0
+                continue
+            if i == 0:
+                value = math.exp(float(j.size_level[row]) + z) / tick
+            else:
+                value = float(self.unit[row] * math.expm1(float(j.level.pred_y[row]) + z))
+            out[f"{name}_threshold_bytes_per_second"] = value
+        out["statistic"] = STATISTICS[int(j.which[row])]
+        return out

@@ -1,0 +1,246 @@
+"""Calibrated tails: a threshold per row that a statistic crosses, on ordinary data, at a set
+rate of incidents — peaks over threshold with a generalized Pareto fit (the method of SPOT,
+Siffer et al., KDD 2017), vectorised over rows.
+
+Per row, for one statistic ``r`` (a residual: the statistic minus its seasonal level):
+
+- *Incidents.*  ``u0`` tracks the ``LEVEL`` quantile of ``r`` (0.97) by stochastic
+  approximation; an incident begins at the first tick above it and ends after ``run`` judged
+  ticks without one (a burst of many ticks is one incident, as it is one page).  Its *peak* is
+  its largest ``r``.
+- *A long memory of the largest.*  Each day keeps its ``PER_DAY`` largest incident peaks, for
+  the last ``DAYS`` days: the fit sees the rare legitimate events of weeks — a cache's
+  warm-ups, a weekly job — not just the last few hours' ordinary ones, which a ring of the last
+  peaks would hold.
+- *The fit.*  ``u`` is the ``top``-th largest peak kept, the excesses of the ``top`` largest
+  over it are fitted with a GPD by the method of moments (``xi = (1 - m^2/v)/2``,
+  ``sigma = m (1 + m^2/v)/2``: what libspot, the paper's author's library, computes; the tests
+  compare with it), with ``xi`` held at or above 0: a handful of peaks cannot show that a tail
+  ends, and assuming it does is what pages.  Incidents above ``u`` happen at
+  ``rate_u = top / seconds kept``; the threshold for a target of ``rate_t`` incidents per
+  second is ``z = u + sigma/xi ((rate_t/rate_u)^-xi - 1)`` (``u + sigma ln(rate_u/rate_t)`` at
+  ``xi = 0``): SPOT's ``z_q`` with the exceedance probability of a tick replaced by the rate of
+  incidents, which is what a pager counts.
+- *Anomalies.*  An incident that crossed the threshold is kept at the threshold, not at its
+  peak (SPOT discards anomalies): one attack does not raise the bar for the next, yet a
+  legitimate event that recurs stops paging once it has been seen a few times.
+
+A row *judges* once it keeps ``top`` peaks and has ``min_seconds`` of observation: before that
+its tail is not known and it raises nothing (the budgets and the beacon rule protect it).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+LEVEL = 0.97  # quantile of the residual above which an incident begins
+U_STEP = 0.01  # SA step of u0, in spreads
+DAYS = 14  # days of peaks kept
+PER_DAY = 6  # the largest incident peaks kept per day
+DAY = 86400.0
+XI_MAX = 0.45  # the moments estimator is valid below 1/2
+MIN_FIT = 6  # the fewest peaks a tail is fitted on
+
+
+def gpd_moments(excesses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(xi, sigma) per row of ``excesses`` (rows x n, all finite), unclamped."""
+    m = excesses.mean(axis=1)
+    v = excesses.var(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(v > 0, m * m / v, 1.0)
+    return 0.5 * (1.0 - ratio), 0.5 * m * (1.0 + ratio)
+
+
+def gpd_level(
+    u: np.ndarray, xi: np.ndarray, sigma: np.ndarray, rate_u: np.ndarray, rate_t: np.ndarray
+) -> np.ndarray:
+    """The level crossed at ``rate_t`` by a tail that crosses ``u`` at ``rate_u``."""
+    ratio = np.maximum(rate_u, 1e-30) / np.maximum(rate_t, 1e-30)
+    log_ratio = np.log(np.maximum(ratio, 1.0))  # never below u
+    small = np.abs(xi) < 1e-6
+    safe_xi = np.where(small, 1.0, xi)
+    curved = sigma / safe_xi * np.expm1(safe_xi * log_ratio)
+    return u + np.where(small, sigma * log_ratio, curved)
+
+
+class TailBank:
+    """The calibrated tail of one statistic for every row."""
+
+    STATE = (
+        "u0",
+        "spread",
+        "seen",
+        "age",
+        "open",
+        "peak",
+        "quiet",
+        "anomalous",
+        "kept",
+        "day",
+        "z",
+        "xi",
+        "sigma",
+    )
+
+    def __init__(
+        self,
+        rows: int,
+        run_ticks: np.ndarray,
+        rate_t: np.ndarray,
+        top: np.ndarray,
+        min_seconds: np.ndarray,
+    ):
+        self.run = np.asarray(run_ticks, dtype=np.int64)  # judged ticks an incident outlasts
+        self.rate_t = np.asarray(rate_t, dtype=np.float64)  # target incidents per second
+        self.top = np.asarray(top, dtype=np.int64)  # peaks the fit uses
+        self.min_seconds = np.asarray(min_seconds, dtype=np.float64)
+        self.u0 = np.zeros(rows)
+        self.spread = np.ones(rows)  # mean absolute deviation from u0 (its step's scale)
+        self.seen = np.zeros(rows, dtype=np.int64)  # judged ticks
+        self.age = np.zeros(rows)  # seconds observed
+        self.open = np.zeros(rows, dtype=bool)  # inside an incident
+        self.peak = np.zeros(rows)  # its largest residual so far
+        self.quiet = np.zeros(rows, dtype=np.int64)  # judged ticks since it last exceeded u0
+        self.anomalous = np.zeros(rows, dtype=bool)  # it crossed the threshold
+        self.kept = np.full((rows, DAYS, PER_DAY), -np.inf, dtype=np.float32)
+        self.day = np.full(DAYS, -1, dtype=np.int64)  # which day each block of ``kept`` holds
+        self.z = np.full(rows, np.inf)  # the calibrated threshold (of the residual)
+        self.xi = np.zeros(rows)
+        self.sigma = np.zeros(rows)
+        self._today = -1
+
+    def nbytes(self) -> int:
+        return sum(getattr(self, a).nbytes for a in self.STATE)
+
+    @property
+    def peaks(self) -> np.ndarray:
+        """How many peaks each row keeps."""
+        return np.isfinite(self.kept).reshape(len(self.u0), -1).sum(axis=1)
+
+    @property
+    def ready(self) -> np.ndarray:
+        return np.isfinite(self.z) & (self.age >= self.min_seconds)
+
+    def check(self) -> None:
+        """Rows that came of age with too few incidents to fit: refit them now (a quiet row
+        is ready as soon as its quiet is known)."""
+        rows = np.flatnonzero(~np.isfinite(self.z) & (self.age >= self.min_seconds))
+        if rows.size:
+            self.refit(rows)
+
+    def threshold(self) -> np.ndarray:
+        """The residual a row must pass to be an incident at the target rate (+inf where the
+        tail is not known yet)."""
+        return np.where(self.age >= self.min_seconds, self.z, np.inf)
+
+    def update(
+        self, r: np.ndarray, judged: np.ndarray, now: float, seconds: float, breach: np.ndarray
+    ) -> None:
+        """Learn one tick ending at ``now``: ``r`` the residual of each row, ``judged``
+        whether the row had the statistic this tick (an idle tick has no write size),
+        ``breach`` whether the row's residual passed ``threshold()``."""
+        self._roll(now)
+        self.age += seconds
+        j = judged
+        n1 = (self.seen + 1).astype(np.float64)
+        # The residual's scale around u0, and u0 as the LEVEL quantile (sign SA in steps of
+        # that scale; big steps while u0 is being found, fine ones after).
+        dev = np.minimum(np.abs(r - self.u0), 5.0 * self.spread + 1.0)
+        a = np.maximum(1.0 / n1, 1e-3)
+        self.spread = np.where(j, self.spread + a * (dev - self.spread), self.spread)
+        step = self.spread * (U_STEP + np.minimum(1.0, 50.0 / n1))
+        above = r > self.u0
+        self.u0 = np.where(j, self.u0 + step * np.where(above, LEVEL, LEVEL - 1.0), self.u0)
+        self.seen += j
+        # Incidents: open on an exceedance, close after ``run`` judged ticks without one.
+        exceed = j & above
+        start = exceed & ~self.open
+        self.peak = np.where(start, r, np.where(exceed, np.maximum(self.peak, r), self.peak))
+        self.open |= start
+        self.anomalous |= breach & self.open
+        self.quiet = np.where(exceed, 0, self.quiet + (j & ~exceed))
+        ended = self.open & (self.quiet >= self.run)
+        if ended.any():
+            rows = np.flatnonzero(ended)
+            peak = self.peak[rows]
+            # An anomaly is kept at the threshold it crossed (see the module docstring).
+            peak = np.where(self.anomalous[rows], np.minimum(peak, self.z[rows]), peak)
+            self._keep(rows, peak)
+            self.open[rows] = False
+            self.anomalous[rows] = False
+
+    def _roll(self, now: float) -> None:
+        today = int(now // DAY)
+        if today == self._today:
+            return
+        self._today = today
+        block = today % DAYS
+        if self.day[block] != today:
+            self.kept[:, block, :] = -np.inf
+            self.day[block] = today
+            self.refit()
+
+    def _keep(self, rows: np.ndarray, peak: np.ndarray) -> None:
+        block = self._today % DAYS
+        cells = self.kept[rows, block, :]
+        slot = cells.argmin(axis=1)
+        smallest = cells[np.arange(rows.size), slot]
+        better = peak > smallest
+        if better.any():
+            self.kept[rows[better], block, slot[better]] = peak[better]
+            self.refit(rows[better])
+
+    def refit(self, rows: np.ndarray | None = None) -> None:
+        """Fit the tail again: rows with a new peak kept at once, every row when a day ends
+        (the kept window moves).  A row fits on its ``top`` largest peaks, or on as many as it
+        has (at least MIN_FIT); one whose incidents of any size are already rarer than the
+        target needs no fit: its threshold is its initial one."""
+        if rows is None:
+            rows = np.arange(len(self.u0))
+        if not rows.size:
+            return
+        kept = self.kept[rows].reshape(rows.size, -1).astype(np.float64)
+        have = np.isfinite(kept).sum(axis=1)
+        top = np.minimum(self.top[rows], have)
+        k = int(max(1, top.max()))
+        best = -np.sort(-kept, axis=1)[:, :k]  # largest first, -inf where a row has fewer
+        idx = np.arange(rows.size)
+        fit = top >= MIN_FIT
+        u = np.where(fit, best[idx, np.maximum(top - 1, 0)], 0.0)
+        width = (np.arange(k)[None, :] < top[:, None]) & fit[:, None]
+        excess = np.where(width, best - u[:, None], 0.0)
+        count = np.maximum(top, 1)
+        m = excess.sum(axis=1) / count
+        v = (excess * excess).sum(axis=1) / count - m * m
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = np.where(v > 0, m * m / v, 1.0)
+        xi, sigma = self._tail_shape(m, ratio)
+        held = (self.day >= 0).sum()
+        span = np.maximum(np.minimum(self.age[rows], max(held, 1) * DAY), 1.0)
+        rate_t = self.rate_t[rows]
+        z = gpd_level(u, xi, sigma, top / span, rate_t)
+        rare = have / span <= rate_t  # incidents of any size are rarer than the target
+        z = np.where(fit, z, np.where(rare, self.u0[rows], np.inf))
+        self.z[rows] = z
+        self.xi[rows], self.sigma[rows] = xi, sigma
+
+    @staticmethod
+    def _tail_shape(m: np.ndarray, ratio: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The GPD of the excesses, in log space, held exponential (xi = 0): a statistic that
+        is the log of a magnitude has an exponential tail when the magnitude's is Pareto, a
+        lighter one when it is lognormal, so no heavier one is plausible; and a dozen peaks
+        cannot estimate xi (its moments estimate has a standard error near 0.3 there), while
+        a spurious xi of 0.4 extrapolates a threshold thousands of times the surface's level.
+        The exponential's scale is then the mean excess (its maximum-likelihood estimate)."""
+        del ratio
+        return np.zeros_like(m), np.maximum(m, 1e-3)
+
+
+def target_rate(per_week: float, statistics: int) -> float:
+    """Incidents per second for one statistic of a rule allowed ``per_week`` false pages."""
+    return per_week / (7 * DAY) / max(statistics, 1)
+
+
+__all__ = ["TailBank", "gpd_level", "gpd_moments", "math", "target_rate"]
