@@ -35,9 +35,10 @@ def demo_config(state_dir: str, listen: str, webhook_url: str) -> dict:
                 "name": "registry-proxy",
                 "kind": "egress",
                 "match": {"dst": ["10.20.0.0/16"], "dport": [443], "proto": ["tcp"]},
+                # A minute is far too little history for a calibrated threshold (the surface is
+                # "learning" all demo long): an absolute one shows the spike rule at work.
                 "spike": {
-                    "history": "60s",
-                    "min_history": "10s",
+                    "absolute_bytes_per_second": 60_000,
                     "resolve_hold": "4s",
                     "floor_bytes_per_second": 2048,
                 },

@@ -34,8 +34,8 @@ BOARD_BUDGET = {
 
 
 def board_config(budget: dict = BOARD_BUDGET, **relative):
-    if relative:
-        budget = {**budget, "relative": relative}
+    # The seasonal budget is off by default (its tolerance is not calibrated): on here.
+    budget = {**budget, "relative": {"enabled": True, **relative}}
     return config_from_dict(
         {
             "tick": f"{TICK:g}s",
@@ -132,7 +132,9 @@ def test_nothing_is_judged_before_min_history_and_disabled_means_off():
 
 
 def test_a_patient_attacker_cannot_raise_an_hours_level_faster_than_the_cap():
-    rule = BudgetRule(allowance_bits_per_second=1, tolerance_bits=1, relative=RelativeBudget())
+    rule = BudgetRule(
+        allowance_bits_per_second=1, tolerance_bits=1, relative=RelativeBudget(enabled=True)
+    )
     bank = RelativeBank([rule], TICK)
     quiet = np.zeros(1)
     for i in range(DAY_TICKS):  # one quiet day: every hour's level is ready and near 0

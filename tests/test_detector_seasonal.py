@@ -68,7 +68,8 @@ def test_a_patient_attacker_cannot_walk_the_baseline_up_faster_than_the_cap():
 
 
 def test_rows_are_independent_and_disabled_rows_never_judge():
-    b = SeasonalBaseline([SpikeRule(), SpikeRule(enabled=False)], TICK)
+    rules = [SpikeRule(min_history="5m"), SpikeRule(enabled=False, min_history="5m")]
+    b = SeasonalBaseline(rules, TICK)
     run(b, np.tile([[1000.0, 1000.0]], (30, 1)))
     p = b.predict(T0 + 30 * TICK)
     assert math.isfinite(p.threshold[0]) and p.ready[0]

@@ -52,7 +52,7 @@ def config_dict(tmp_path: Path, log: Path) -> dict:
             {
                 "name": "proxy",
                 "match": {"dst": ["10.20.0.0/16"]},
-                "spike": {"min_history": "20m", "resolve_hold": "30s"},
+                "spike": {"absolute_bytes_per_second": 15_000, "resolve_hold": "30s"},
                 # 16 kbit/s: twice the writer's 8 kbit/s, so only the burst may alarm.
                 "budget": {
                     "allowance_bits_per_second": 16000,

@@ -180,7 +180,7 @@ def subprocess_config(tmp_path: Path, log: Path, port: int, hook: str) -> dict:
             {
                 "name": "proxy",
                 "match": {"dst": ["10.20.0.0/16"]},
-                "spike": {"min_history": "30m"},
+                "spike": {"absolute_bytes_per_second": 15_000},
                 "budget": {"allowance_bits_per_second": 16000, "tolerance_bits": 4e6},
             }
         ],

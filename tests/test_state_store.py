@@ -77,11 +77,11 @@ def test_the_service_saves_profiles_on_a_cadence_and_restores_every_array(tmp_pa
     service.store.close()
 
     restored = Service(config(tmp_path), collectors=[]).pipeline.detector
-    # The fast arrays are the last tick's (the 9 MB/s spike is firing), the slow ones the
+    # The fast arrays are the last tick's (the 9 MB/s tick fired the budget), the slow ones the
     # previous save's.
     for name, a in restored.state_arrays("fast").items():
         assert np.array_equal(a, fast[name], equal_nan=True), name
-    assert int(restored.spike_alerts.state.max()) == 2
+    assert int(restored.budget_alerts.state.max()) == 2
     assert restored.baseline.day_n.sum() == 40 * len(restored.keys)
     assert isinstance(restored, Detector)
 

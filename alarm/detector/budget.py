@@ -16,9 +16,9 @@ aggregate) gets one *derived from what it carries*, horizon by horizon:
   the unclassified surface's allowance (the tightest budget there is).  While the surface is
   new (``LEARNING_SECONDS``) the envelope follows the traffic freely; after that it may rise by
   at most ``max_learn_up`` a day, so a drip on a quiet surface outruns it;
-- the tolerance, the margin in bits, is one window at that allowance (never below the
-  unclassified tolerance): to fire, a window must carry more than twice what the allowance
-  lets through, two and a half times the most the surface carried in a window of the
+- the tolerance, the margin in bits, is ``MARGIN_WINDOWS`` windows at that allowance (never
+  below the unclassified tolerance): to fire, a window must carry four times what the
+  allowance lets through, five times the most the surface carried in a window of the
   horizon.  A quiet surface, whose envelope is a few stray packets an hour, gets a small one,
   and a drip of 10 bit/s is caught within hours; a busy one a large one;
 - while the surface is new, the kind's default budget (what ``rules`` holds) protects it,
@@ -42,6 +42,10 @@ from alarm.config import BudgetRule
 from alarm.settings import parse_duration
 
 ENVELOPE_MARGIN = 1.25  # a derived allowance is this much above the envelope
+# A derived tolerance is this many windows at the allowance: to fire, a window must carry four
+# times the allowance, five times the most the surface carried in one (a cache's warm-up
+# carries a few times an ordinary hour).
+MARGIN_WINDOWS = 3.0
 BURST_WINDOW = 60.0  # derived budgets have no horizon this short (bursts are spikes)
 ENVELOPE_MEMORY = 14 * 86400.0  # the envelope forgets with this time constant
 LEARNING_SECONDS = 86400.0
@@ -204,7 +208,7 @@ class BudgetBank:
         k = np.where(np.isfinite(self.declared_allowance), k, np.inf)  # padding stays so
         before = self.follow_excess
         self.follow_excess = np.maximum(before + bits - k * seconds, 0.0)
-        h = np.maximum(self.floor_tolerance, k * self.window * seconds)
+        h = np.maximum(self.floor_tolerance, MARGIN_WINDOWS * k * self.window * seconds)
         h = np.where(self.misconfigured, np.maximum(h, self.declared_tolerance), h)
         follows = self.derived | self.misconfigured
         self._following = follows & self.fitted & ~learning
@@ -215,7 +219,13 @@ class BudgetBank:
         self.allowance = np.where(
             self._following, k, np.where(follows, raised, self.declared_allowance)
         )
-        self.tolerance = np.where(self._following, h, self.declared_tolerance)
+        # While new, the declared tolerance likewise never below the surface's own margin.
+        tol_unknown = np.maximum(
+            self.declared_tolerance, MARGIN_WINDOWS * raised * self.window * seconds
+        )
+        self.tolerance = np.where(
+            self._following, h, np.where(follows, tol_unknown, self.declared_tolerance)
+        )
         self._inv_tolerance = 1.0 / self.tolerance
         return before
 

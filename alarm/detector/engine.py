@@ -25,7 +25,7 @@ from alarm.detector.budget import ENVELOPE_MARGIN, MISCONFIGURED_SECONDS, Budget
 from alarm.detector.relative import RelativeBank
 from alarm.detector.rows import AGGREGATE, plan_rows
 from alarm.detector.seasonal import Prediction, SeasonalBaseline
-from alarm.detector.spike import SizeLevel, SpikeJudgement, SpikeModel
+from alarm.detector.spike import STATISTICS, SizeLevel, SpikeJudgement, SpikeModel
 from alarm.detector.tail import TailBank
 from alarm.detector.views import SurfaceFigures, SurfaceMap
 from alarm.surfaces import SurfaceKey
@@ -202,7 +202,7 @@ class Detector:
                 self._change(row, "spike", AlertState.FIRING, AlertState.FIRING, now, contributors)
             )
         if self._drop.any():
-            changes += self._drops(now, tick, self.spike.rates[-1], p, contributors)
+            changes += self._drops(now, tick, self.spike.rates[0], p, contributors)
         for row, prev, new in self.budget_alerts.step(
             now, tick, budget_breach, ratio <= self._budget_hyst
         ):
@@ -237,7 +237,7 @@ class Detector:
     def _drops(
         self, now: float, tick: float, rate: np.ndarray, p: Prediction, contributors: Evidence
     ) -> list[AlertChange]:
-        """The drop rule: the half-hour rate below baseline / drop_ratio with at least the
+        """The drop rule: the five-minute rate below baseline / drop_ratio with at least the
         floor missing."""
         thr = np.divide(p.baseline, self._drop, out=np.zeros(rate.size), where=self._drop > 0)
         self._drop_threshold = thr
@@ -489,7 +489,12 @@ class Detector:
         out = {f"baseline.{a}": getattr(self.baseline, a) for a in SeasonalBaseline.STATE}
         out |= {f"size.{a}": getattr(self.spike.size, a) for a in SizeLevel.STATE}
         out["spike.rates"] = self.spike.rates
-        out |= {f"spike.tail.{a}": getattr(self.spike.tail, a) for a in TailBank.STATE}
+        # The spike's tails are one bank of (statistic, row) pairs: saved with rows last, as
+        # every state array is, so that restoring matches them by surface key.
+        m = len(STATISTICS)
+        for a in TailBank.STATE:
+            flat = getattr(self.spike.tail, a)
+            out[f"spike.tail.{a}"] = np.moveaxis(flat.reshape(m, -1, *flat.shape[1:]), 1, -1)
         out |= {f"budget.{a}": getattr(self.budget, a) for a in BudgetBank.STATE}
         out |= {f"relative.{a}": getattr(self.relative, a) for a in RelativeBank.STATE}
         out |= {f"beacon.{a}": getattr(self.beacon, a) for a in BeaconBank.STATE}
@@ -531,6 +536,8 @@ class Detector:
             "keys": self.targets,
             "horizons": ["|".join(h) for h in self.budget.names],
             "sources": {f"{n}/{r}": m.to_state() for (n, r), m in self.source_alerts.items()},
+            # Which day each block of the spike tails' kept peaks holds (shared by all rows).
+            "tail_days": self.spike.tail.day.tolist(),
         }
 
     def state_arrays(self, group: str) -> dict[str, np.ndarray]:
@@ -584,6 +591,7 @@ class Detector:
             if name in arrays:
                 use = budget_pairs if name.startswith("budget.") else pairs
                 persist.restore_rows(target, arrays[name], use)
+        self.spike.tail.restore_days(header.get("tail_days"))
         return changes
 
     def _removed_rows(

@@ -79,7 +79,9 @@ def plan_rows(config: Config, keys: list[SurfaceKey]) -> RowPlan:
         aggregate_of.append(members)
         spike.append(rule.spike)
         budget.append(rule.budget or derived_budget(rule, [budget[i] for i in members]))
-        derived.append(rule.budget is None)
+        # Learned from what the aggregate carries where its members' are; where members have
+        # budgets of their own, the share of their sum is the policy.
+        derived.append(rule.budget is None and all(derived[i] for i in members))
         floors.append(config.unclassified_budget(kind))
         meta.append(0.0)  # members' bits already include their metadata allowance
     beacon = [b.beacon for b in budget[: len(keys)]]

@@ -64,7 +64,7 @@ class SizeLevel:
     """Per row, the log bytes of a written tick by hour of the day, learned on written ticks
     only (a robust mean: residuals clipped at HUBER spreads)."""
 
-    STATE = ("hour", "hour_n", "overall", "count", "spread")
+    STATE = ("hour", "hour_n", "overall", "count", "spread", "age")
 
     def __init__(self, rows: int, tick: float):
         f32 = np.float32
@@ -75,6 +75,7 @@ class SizeLevel:
         self.overall = np.zeros(rows)
         self.count = np.zeros(rows, dtype=np.int64)
         self.spread = np.ones(rows)
+        self.age = np.zeros(rows, dtype=np.int64)  # ticks seen, written or not
 
     def nbytes(self) -> int:
         return sum(getattr(self, a).nbytes for a in self.STATE)
@@ -101,6 +102,7 @@ class SizeLevel:
         self.hour[hour] = np.where(w, moved, slot).astype(np.float32)
         np.add(c, 1, out=c, where=w & (c < np.iinfo(np.uint32).max))
         self.count += w
+        self.age += 1
 
 
 class SpikeModel:
@@ -150,7 +152,10 @@ class SpikeModel:
         """The tick that began at ``start`` with ``nbytes`` per row."""
         tick = self.tick
         rate = nbytes / tick
+        # Averaged from the first tick as if the past had been like it (no slow start).
+        first = self.size.age == 0
         self.rates += self.alphas * (rate - self.rates)
+        self.rates[:, first] = rate[first]
         level = self.baseline.predict(start)
         hour = int((start % DAY) // HOUR)
         written = nbytes > 0

@@ -78,7 +78,6 @@ class TailBank:
         "quiet",
         "anomalous",
         "kept",
-        "day",
         "z",
         "xi",
         "sigma",
@@ -123,13 +122,6 @@ class TailBank:
     def ready(self) -> np.ndarray:
         return np.isfinite(self.z) & (self.age >= self.min_seconds)
 
-    def check(self) -> None:
-        """Rows that came of age with too few incidents to fit: refit them now (a quiet row
-        is ready as soon as its quiet is known)."""
-        rows = np.flatnonzero(~np.isfinite(self.z) & (self.age >= self.min_seconds))
-        if rows.size:
-            self.refit(rows)
-
     def threshold(self) -> np.ndarray:
         """The residual a row must pass to be an incident at the target rate (+inf where the
         tail is not known yet)."""
@@ -171,6 +163,12 @@ class TailBank:
             self.open[rows] = False
             self.anomalous[rows] = False
 
+    def restore_days(self, days: object) -> None:
+        """The saved ``day`` (which day each block holds), if it has the expected shape."""
+        if isinstance(days, list) and len(days) == DAYS and all(isinstance(d, int) for d in days):
+            self.day = np.array(days, dtype=np.int64)
+            self._today = int(self.day.max())
+
     def _roll(self, now: float) -> None:
         today = int(now // DAY)
         if today == self._today:
@@ -195,8 +193,7 @@ class TailBank:
     def refit(self, rows: np.ndarray | None = None) -> None:
         """Fit the tail again: rows with a new peak kept at once, every row when a day ends
         (the kept window moves).  A row fits on its ``top`` largest peaks, or on as many as it
-        has (at least MIN_FIT); one whose incidents of any size are already rarer than the
-        target needs no fit: its threshold is its initial one."""
+        has (at least MIN_FIT); a row with fewer is not judged."""
         if rows is None:
             rows = np.arange(len(self.u0))
         if not rows.size:
@@ -219,10 +216,8 @@ class TailBank:
         xi, sigma = self._tail_shape(m, ratio)
         held = (self.day >= 0).sum()
         span = np.maximum(np.minimum(self.age[rows], max(held, 1) * DAY), 1.0)
-        rate_t = self.rate_t[rows]
-        z = gpd_level(u, xi, sigma, top / span, rate_t)
-        rare = have / span <= rate_t  # incidents of any size are rarer than the target
-        z = np.where(fit, z, np.where(rare, self.u0[rows], np.inf))
+        z = gpd_level(u, xi, sigma, top / span, self.rate_t[rows])
+        z = np.where(fit, z, np.inf)
         self.z[rows] = z
         self.xi[rows], self.sigma[rows] = xi, sigma
 

@@ -1,0 +1,117 @@
+"""Calibrated spike thresholds: the tail fit is libspot's (the SPOT paper's author's library),
+the false-page rate follows the setting, an intermittent writer's ordinary writes are not
+spikes, a real burst is one within two ticks, and nothing is judged while the tail is unknown."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from alarm.config import SpikeRule
+from alarm.detector.spike import SpikeModel
+from alarm.detector.tail import gpd_level, gpd_moments
+
+libspot = pytest.importorskip("libspot", reason="libspot (PyPI) is the oracle: pip install libspot")
+
+TICK = 10.0
+T0 = 1_767_571_200.0  # Monday 2026-01-05 00:00 UTC
+DAY = 8640  # ticks
+
+
+@pytest.mark.parametrize(("scale", "q"), [(2.0, 1e-4), (0.5, 1e-5), (1.0, 1e-3)])
+def test_the_gpd_fit_and_threshold_are_libspots(scale, q):
+    rng = np.random.default_rng(7)
+    data = rng.standard_exponential(20_000) * scale + rng.normal(0, 0.1, 20_000)
+    spot = libspot.Spot(q=q, level=0.98, max_excess=5000)
+    spot.fit(data)
+    excesses = np.array(spot.excesses())[None, :]
+    xi, sigma = gpd_moments(excesses)
+    assert xi[0] == pytest.approx(spot.gamma, rel=1e-9, abs=1e-12)
+    assert sigma[0] == pytest.approx(spot.sigma, rel=1e-9)
+    z = gpd_level(
+        np.array([spot.excess_threshold]),
+        xi,
+        sigma,
+        np.array([spot.Nt / spot.n]),
+        np.array([q]),
+    )
+    assert z[0] == pytest.approx(spot.anomaly_threshold, rel=1e-9)
+
+
+def intermittent(rng: np.random.Generator, ticks: int, duty: float, median: float, sigma: float):
+    written = rng.random(ticks) < duty
+    return np.where(written, median * np.exp(sigma * rng.standard_normal(ticks)), 0.0)
+
+
+def run(model: SpikeModel, series: np.ndarray, start: int = 0) -> list[int]:
+    """Ticks whose judgement was a spike."""
+    hits = []
+    for i, b in enumerate(series, start):
+        nbytes = np.array([b])
+        j = model.judge(T0 + i * TICK, nbytes)
+        if j.breach[0]:
+            hits.append(i)
+        model.learn(j, T0 + i * TICK, nbytes, TICK)
+    return hits
+
+
+def incidents(hits: list[int], gap: int) -> int:
+    """Breach ticks closer than ``gap`` are one incident (one page)."""
+    count, last = 0, -(10**9)
+    for t in hits:
+        if t - last > gap:
+            count += 1
+        last = t
+    return count
+
+
+def test_an_intermittent_cache_never_spikes_on_ordinary_writes():
+    # The failure this replaces: a cache written in 30% of ticks, lognormal sizes, whose
+    # log-rate baseline sat below its ordinary writes and paged on them thousands of times.
+    rng = np.random.default_rng(11)
+    model = SpikeModel([SpikeRule()], TICK)
+    series = intermittent(rng, 4 * DAY, 0.3, 20_000, 0.5)
+    hits = run(model, series)
+    assert bool(model.ready[0]) and not model.learning[0]
+    assert incidents(hits, 360) == 0, hits[:20]
+
+
+def test_the_false_page_rate_follows_the_setting():
+    """At 100 pages a week (14 a day) on ordinary traffic, the incidents after learning are
+    about that many: the tail's extrapolation is calibrated, not merely conservative."""
+    rng = np.random.default_rng(3)
+    model = SpikeModel([SpikeRule(false_alarms_per_week=100, min_history="1d")], TICK)
+    series = intermittent(rng, 7 * DAY, 0.5, 5_000, 0.7)
+    hits = [t for t in run(model, series) if t >= 3 * DAY]
+    per_day = incidents(hits, 30) / 4
+    assert 100 / 7 / 4 <= per_day <= 100 / 7 * 4, per_day
+
+
+def test_a_50x_burst_is_a_spike_within_two_ticks_once_the_tail_is_known():
+    rng = np.random.default_rng(5)
+    model = SpikeModel([SpikeRule()], TICK)
+    calm = intermittent(rng, 3 * DAY, 0.5, 2_000, 0.4)
+    assert run(model, calm) == []
+    level = 2_000.0
+    burst = level * 50 + intermittent(rng, 6, 1.0, 2_000, 0.4)
+    hits = run(model, burst, start=3 * DAY)
+    assert hits and hits[0] - 3 * DAY <= 1
+
+
+def test_nothing_is_judged_while_the_tail_is_unknown_but_an_absolute_rate_is():
+    rng = np.random.default_rng(9)
+    model = SpikeModel([SpikeRule(), SpikeRule(absolute_bytes_per_second=1e6)], TICK)
+    series = np.stack([intermittent(rng, DAY // 2, 0.5, 1_000, 0.5)] * 2, axis=1)
+    series[-1] = 1e9  # an enormous tick, half a day in
+    hits = []
+    for i, b in enumerate(series):
+        j = model.judge(T0 + i * TICK, b)
+        hits.append(j.breach.copy())
+        model.learn(j, T0 + i * TICK, b, TICK)
+    hits = np.array(hits)
+    assert model.learning.tolist() == [True, True]
+    assert not hits[:, 0].any()  # learning: the spike rule does not judge
+    assert hits[-1, 1] and hits[:-1, 1].sum() == 0  # but the absolute rate is a spike
+    assert all(math.isinf(z) for z in model.tail.threshold())
