@@ -56,6 +56,8 @@ def demo_config(state_dir: str, listen: str, webhook_url: str) -> dict:
             },
         ],
         "webhooks": [{"url": webhook_url, "name": "demo-receiver", "max_retries": 3}],
+        # Resolves at once: the demo lasts a minute, not the ten a flap may reopen an incident.
+        "notifications": {"flap": {"reopen_window": "0s"}},
     }
 
 

@@ -218,13 +218,15 @@ class FlapDamping(Strict):
     ``reopen_window`` (0: off): a resolve is sent only once the alert has stayed resolved this
     long; if it fires again within it, that is the same incident — the page stays open, no
     second page — and its start stays the first firing's.  Prometheus' ``keep_firing_for``
-    (alerting rules, since 2.42) does the same on the rule side.  Independent of ``enabled``."""
+    (alerting rules, since 2.42) does the same on the rule side.  Independent of ``enabled``.
+    On by default (10 minutes, longer than every spike and budget resolve hold): the count of
+    pages is the count of incidents, at the price of resolves that arrive that much later."""
 
     enabled: bool = True
     window: Duration = 600.0
     max_changes: int = Field(4, ge=2)
     settle: Duration = 300.0
-    reopen_window: Duration = 0.0
+    reopen_window: Duration = 600.0
 
 
 class OutboxConfig(Strict):

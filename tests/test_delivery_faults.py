@@ -26,7 +26,7 @@ from alarm.collectors.kernel.fence import FenceReader
 from alarm.collectors.kernel.records import KernelRecord
 from alarm.collectors.kernel.synthetic import fence_line
 from alarm.events import Batch, SourceHealth
-from tests.fakes.kit import change, record, running_notifications
+from tests.fakes.kit import PROMPT_RESOLVES, change, record, running_notifications
 from tests.fakes.receiver import Receiver
 from tests.fakes.server import free_port, serve
 from tests.servicekit import get, metric, running_service, wait_for
@@ -135,6 +135,7 @@ notifications:
       url: "{hook}"
       secrets: [{{file: "{tmp_path / "secret"}"}}]
   outbox: {{base_backoff: 100ms, max_backoff: 500ms}}
+  flap: {{reopen_window: 0s}}  # resolves at once: this test follows each change
   silences: {silences}
 """
     )
@@ -334,6 +335,7 @@ async def test_disk_full_on_the_state_directory_raises_an_alarm_and_drops_nothin
                 "notifications": {
                     "destinations": [{"type": "webhook", "name": "w", "url": f"{srv.base}/hook"}],
                     "outbox": {"base_backoff": "50ms", "max_backoff": "200ms"},
+                    "flap": PROMPT_RESOLVES,
                 },
             }
             tap = TapCollector("tap", 0.2)

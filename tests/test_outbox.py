@@ -9,6 +9,7 @@ import random
 import time
 from pathlib import Path
 
+from alarm.config import config_from_dict
 from alarm.notify_config import OutboxConfig
 from exporters.delivery import backoff, retry_after
 from exporters.notify import Notifications
@@ -203,7 +204,7 @@ def test_flap_damping_holds_changes_until_the_alert_settles(tmp_path):
         tmp_path,
         {
             "destinations": [webhook("w", "http://127.0.0.1:9/a")],
-            "flap": {"window": "10m", "max_changes": 4, "settle": "5m"},
+            "flap": {"window": "10m", "max_changes": 4, "settle": "5m", "reopen_window": "0s"},
         },
     )
     t0 = time.time()
@@ -246,8 +247,31 @@ def test_an_alert_that_fires_again_within_the_reopen_window_is_one_incident(tmp_
     n.close()
 
 
+def test_by_default_a_flap_within_ten_minutes_is_one_page(tmp_path):
+    """The default config (no ``flap`` section) counts incidents, not flaps."""
+    cfg = config_from_dict(
+        {
+            "state_dir": str(tmp_path),
+            "notifications": {"destinations": [webhook("w", "http://127.0.0.1:9/a")]},
+        }
+    )
+    n = Notifications(cfg)
+    t0 = time.time()
+    n.record([change(at=t0, started_at=t0)], t0)
+    n.record([change(state="resolved", at=t0 + 30, started_at=t0)], t0 + 30)
+    n.record([change(at=t0 + 300, started_at=t0 + 300)], t0 + 300)
+    n.record([change(state="resolved", at=t0 + 330, started_at=t0 + 300)], t0 + 330)
+    assert n.reconcile(t0 + 330 + 599) == 0
+    assert n.reconcile(t0 + 330 + 601) == 1
+    assert [e for e, _ in events(n, "w")] == ["firing", "resolved"]
+    n.close()
+
+
 def test_without_a_reopen_window_a_resolve_goes_out_at_once(tmp_path):
-    n = router(tmp_path, {"destinations": [webhook("w", "http://127.0.0.1:9/a")]})
+    n = router(
+        tmp_path,
+        {"destinations": [webhook("w", "http://127.0.0.1:9/a")], "flap": {"reopen_window": "0s"}},
+    )
     t0 = time.time()
     n.record([change(at=t0)], t0)
     n.record([change(state="resolved", at=t0 + 30)], t0 + 30)

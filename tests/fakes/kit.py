@@ -57,7 +57,14 @@ def change(
     )
 
 
+# Delivery tests check when each change is sent, so resolves go out at once unless a test
+# sets ``flap`` itself; the default (a resolve held ten minutes so that a flap is one page) is
+# tested in test_outbox.py on a config built without this helper.
+PROMPT_RESOLVES = {"reopen_window": "0s"}
+
+
 def notify_config(state_dir: Path, notifications: dict[str, Any], **extra: Any) -> Any:
+    notifications = {"flap": PROMPT_RESOLVES, **notifications}
     return config_from_dict(
         {
             "state_dir": str(state_dir),
