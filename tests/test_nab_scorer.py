@@ -160,10 +160,7 @@ def test_capalarm_spike_alert_lands_on_the_spiking_row():
     ts = 1_400_000_000 + np.arange(n, dtype=np.int64) * 300
     values = rng.normal(100.0, 5.0, n).clip(min=0)
     values[1500] = 400.0
-    run = run_series(
-        Series("x.csv", ts, values),
-        SpikeSettings(z=8, min_ratio=2, history=86400, min_history=3600, resolve_hold=3600),
-    )
+    run = run_series(Series("x.csv", ts, values), SpikeSettings())  # the defaults
     assert run.tick == 300.0
     assert np.flatnonzero(run.binary).tolist() == [1500]
     assert 0.0 < run.graded[1500] < 1.0

@@ -289,6 +289,17 @@ class Detector:
             seasonal_judged=bool(self.relative.judged[row]),
         )
 
+    def last_tick_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every row's last tick, as copies: its rate (bytes/s), its spike threshold (NaN
+        where the rule does not judge) and its budget excess over tolerance on the horizon
+        nearest to firing (NaN where the budget is off)."""
+        judged = self._ready & np.isfinite(self._threshold)
+        threshold = np.where(judged, self._threshold, np.nan)
+        bank = self.budget
+        # Horizons a row lacks are padded with an infinite tolerance: their ratio is 0.
+        ratio = np.where(bank.enabled, np.max(bank.excess / bank.tolerance, axis=0), np.nan)
+        return self._rate.copy(), threshold, ratio
+
     def beacon_on(self, row: int) -> bool:
         return bool(self.beacon.enabled[row])
 

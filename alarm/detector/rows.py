@@ -81,7 +81,8 @@ def plan_rows(config: Config, keys: list[SurfaceKey]) -> RowPlan:
         budget.append(rule.budget or derived_budget(rule, [budget[i] for i in members]))
         # Learned from what the aggregate carries where its members' are; where members have
         # budgets of their own, the share of their sum is the policy.
-        derived.append(rule.budget is None and all(derived[i] for i in members))
+        declared = [i for i in members if keys[i][1] != UNCLASSIFIED]
+        derived.append(rule.budget is None and all(derived[i] for i in declared))
         floors.append(config.unclassified_budget(kind))
         meta.append(0.0)  # members' bits already include their metadata allowance
     beacon = [b.beacon for b in budget[: len(keys)]]

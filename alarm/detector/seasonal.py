@@ -174,8 +174,13 @@ class SeasonalBaseline:
         np.maximum(shift, -self.dip_max, out=shift)
         return np.where(week_ok & (count > 0), shift, np.float32(0.0))
 
-    def learn(self, rate: np.ndarray, p: Prediction) -> None:
-        """Learn one tick's rates (bytes/s), clipped to the threshold they were judged by."""
+    def learn(self, rate: np.ndarray, p: Prediction, settled: np.ndarray | None = None) -> None:
+        """Learn one tick's rates (bytes/s), clipped to the threshold they were judged by.
+        The profiles learn only ``settled`` rows: a rate still averaging in from the first
+        tick would be the slot's level for a day (the daily slot) or a week (the weekly).
+        ``None``: every row is settled."""
+        if settled is None:
+            settled = np.ones(self.rows, dtype=bool)
         # float32 throughout: log-rates need no more, and half the memory traffic is half
         # the time at 100k rows.
         f32 = np.float32
@@ -205,9 +210,11 @@ class SeasonalBaseline:
 
         # Profiles: running mean over the first occurrence, then an average over about
         # PROFILE_MEMORY occurrences, rising at most max_learn_up per occurrence.
-        self._learn_slot(self.day, self.day_n, p.day_slot, y, self.slot_ticks_day, self.rise_day)
         self._learn_slot(
-            self.week, self.week_n, p.week_slot, y, self.slot_ticks_week, self.rise_week
+            self.day, self.day_n, p.day_slot, y, self.slot_ticks_day, self.rise_day, settled
+        )
+        self._learn_slot(
+            self.week, self.week_n, p.week_slot, y, self.slot_ticks_week, self.rise_week, settled
         )
         self.count += 1
 
@@ -219,6 +226,7 @@ class SeasonalBaseline:
         y: np.ndarray,
         slot_ticks: float,
         rise: np.ndarray,
+        settled: np.ndarray,
     ) -> None:
         f32 = np.float32
         c = counts[slot]
@@ -231,8 +239,8 @@ class SeasonalBaseline:
         a *= np.where(err > 0, f32(1.0), below)
         a *= err
         delta = np.where(n >= f32(slot_ticks), np.minimum(a, rise), a)
-        prof[slot] += delta
-        np.add(c, 1, out=c, where=c < 65535)
+        prof[slot] += np.where(settled, delta, f32(0.0))
+        np.add(c, 1, out=c, where=settled & (c < 65535))
 
     def seed(self, row: int, rate: float, samples: int) -> None:
         """Start a row from a v1 saved window (its median rate over ``samples`` ticks)."""

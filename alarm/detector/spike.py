@@ -44,6 +44,12 @@ SCALES = (300.0, 1800.0)  # the two averaged rates' time constants
 # Judged ticks after which an incident of each statistic is over: a minute of writes for the
 # size, the time constant for the averages.
 RUN_SECONDS = (60.0, *SCALES)
+# Seconds a row is observed before its tails and its rate profiles learn: until the averaged
+# rates and the levels have settled, a residual measures their start (the first tick's is the
+# whole rate), not the surface; one such peak kept for DAYS would set the fit's scale for two
+# weeks, and one such rate learned into a profile slot would be that slot's level a day (a
+# week) later, when the tail is judging.
+WARMUP_SECONDS = 2 * SCALES[-1]
 
 
 @dataclass(slots=True)
@@ -182,14 +188,18 @@ class SpikeModel:
     def learn(self, j: SpikeJudgement, start: float, nbytes: np.ndarray, seconds: float) -> None:
         hour = int((start % DAY) // HOUR)
         r = np.concatenate(j.residuals)
-        judged = np.concatenate(j.judged)
+        settled = self.size.age * self.tick >= WARMUP_SECONDS
+        size_settled = settled & (self.size.count >= SIZE_READY)
+        judged = np.concatenate(
+            [j.judged[0] & size_settled, *(judged & settled for judged in j.judged[1:])]
+        )
         z = np.concatenate(j.thresholds)
         self.tail.update(r, judged, start + seconds, seconds, judged & (r > z))
         # Levels learn what was not a spike.
         calm = ~j.breach
         written = (nbytes > 0) & calm
         self.size.learn(np.log(np.maximum(nbytes, 1.0)), written, hour, j.size_level)
-        self.baseline.learn(np.where(calm, self.rates[-1], j.level.baseline), j.level)
+        self.baseline.learn(np.where(calm, self.rates[-1], j.level.baseline), j.level, settled)
 
     def figures(self, row: int, j: SpikeJudgement | None) -> dict[str, float | bool | str]:
         """Per statistic: its threshold in bytes/s where it judges."""
