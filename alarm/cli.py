@@ -11,7 +11,7 @@ import argparse
 import asyncio
 import logging
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from alarm import __version__
 from alarm.config import Config, ConfigError, load_config
@@ -50,6 +50,21 @@ def _listen(value: str) -> str:
         ) from None
 
 
+def _web_config(path: str | None) -> Any:
+    """--web.config.file, validated (exit 2 naming every problem's key) before anything
+    starts."""
+    if not path:
+        return None
+    from exporters.webconfig import WebConfigError, load_web_config
+
+    try:
+        return load_web_config(path)
+    except WebConfigError as exc:
+        if len(exc.problems) == 1 and exc.problems[0].startswith("(file): "):
+            fail(EXIT_CONFIG, exc.problems[0].removeprefix("(file): "))
+        fail(EXIT_CONFIG, f"invalid web config ({path}): " + "; ".join(exc.problems))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from alarm.collectors.base import SourceUnavailable
     from alarm.service import Service, ServiceError, run_until_signalled
@@ -61,8 +76,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = config.model_copy(
             update={"http": config.http.model_copy(update={"listen": args.listen})}
         )
+    web_config = _web_config(args.web_config_file)
     try:
-        service = Service(config, config_path=args.config)
+        service = Service(config, config_path=args.config, web_config=web_config)
     except SourceUnavailable as exc:
         fail(EXIT_RUNTIME, str(exc))
     except ConfigError as exc:
@@ -131,6 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--config", help="YAML config file")
     run.add_argument("--state-dir", help="override state_dir")
     run.add_argument("--listen", type=_listen, help="override http.listen (host:port)")
+    run.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        metavar="FILE",
+        help="TLS and basic auth, in the exporter-toolkit web config format node_exporter uses",
+    )
     run.set_defaults(func=cmd_run)
 
     check = sub.add_parser(

@@ -25,6 +25,7 @@ from pydantic import (
 
 from alarm.classify import EgressMatch, FsMatch, RegistryMatch
 from alarm.collectors import SOURCE_TYPES
+from alarm.collectors.kernel.canary import EgressCanarySettings
 from alarm.collectors.registry import API_TAGS
 from alarm.notify_config import NotificationsConfig
 from alarm.settings import (
@@ -353,6 +354,8 @@ class Config(Strict):
     webhooks: list[WebhookConfig] = []
     notifications: NotificationsConfig = NotificationsConfig()
     heavy_hitters: int = Field(64, ge=1, le=10000)  # contributors remembered per surface
+    # Proof of sight for the fence itself (alarm/collectors/kernel/canary.py); off when absent.
+    egress_canary: EgressCanarySettings | None = None
 
     @field_validator("tick")
     @classmethod
@@ -388,6 +391,19 @@ class Config(Strict):
                         f"surfaces[{i}].match.source: source {name!r} feeds {kinds[name]} "
                         f"surfaces, not {surface.kind}"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _canary_sources_are_kernel_sources(self) -> Config:
+        canary = self.egress_canary
+        if canary is None:
+            return self
+        kinds = {s.name: SOURCE_TYPES[s.type].kind for s in self.sources}
+        for name in canary.sources:
+            if kinds.get(name) != "egress":
+                raise ValueError(f"egress_canary.sources: {name!r} is not a declared kernel source")
+        # No kernel source at all is allowed: the chart gives the same keys to the pollers'
+        # Deployment, which reads no fence; there the canary sends nothing.
         return self
 
     def source_kind(self, name: str) -> str:

@@ -31,6 +31,7 @@ from alarm.detector.alerts import AlertChange
 from alarm.detector.engine import Detector, SourceJudgement
 from alarm.events import CORE_COUNTERS, NAMED, Batch, SourceHealth, WriteEvents
 from alarm.eventtime import EventClock
+from alarm.history import History, HistoryRequest, attention_order
 from alarm.settings import UNCLASSIFIED
 from alarm.snapshot import Snapshot, SourceView, SurfaceView
 from alarm.surfaces import SurfaceKey, SurfaceTable
@@ -94,6 +95,8 @@ class Pipeline:
                 [*rows, self.table.unclassified_row(kind)], dtype=np.int64
             )
         self.detector = Detector(config, list(self.table.keys))
+        # -- history (status page): the last hour of every detector row -------------------
+        self.history = History(len(self.detector.keys), config.tick)
         et = config.event_time
         self.clock = EventClock(config.tick, et.grace, et.lateness, et.max_backlog)
         self.sources: dict[str, SourceState] = {}
@@ -255,6 +258,7 @@ class Pipeline:
         changes = self.detector.evaluate_arrays(
             end, tick, nbytes, events, lambda row: table.evidence(row, top), capacity
         )
+        self.history.record(end, *self.detector.last_tick_columns())
         judged = []
         for name, s in self.sources.items():
             h = health.get(name)
@@ -341,12 +345,24 @@ class Pipeline:
         return changes
 
     # -- what the exporters read -------------------------------------------------------
+    def adopt_history(self, old: Pipeline) -> None:
+        """Keep the charts of the surfaces a reload keeps."""
+        where = {key: i for i, key in enumerate(old.detector.keys)}
+        rows = np.array([where.get(key, -1) for key in self.detector.keys], dtype=np.int64)
+        self.history.adopt(old.history, rows)
+
     def snapshot(
-        self, now: float, top: int, health: Mapping[str, SourceHealth], types: Mapping[str, str]
+        self,
+        now: float,
+        top: int,
+        health: Mapping[str, SourceHealth],
+        types: Mapping[str, str],
+        history: HistoryRequest | None = None,
     ) -> Snapshot:
         """A copy of everything the exposition needs, taken on the pipeline thread so that
         rendering can happen elsewhere without locks.  ``types``: source name -> the type it
-        is running as (``auto`` resolves to kmsg or journald)."""
+        is running as (``auto`` resolves to kmsg or journald).  ``history``: which surfaces'
+        last hour to copy too (the status page and the API; None for /metrics)."""
         det = self.detector
         table = self.table
         surfaces = []
@@ -380,6 +396,13 @@ class Pipeline:
                     watermark=wm,
                 )
             )
+        window = None
+        if history is not None:
+            names = history.names
+            order = [
+                i for i in attention_order(surfaces) if names is None or surfaces[i].name in names
+            ]
+            window = self.history.window(order[: history.limit])
         return Snapshot(
             taken_at=now,
             tick=self.tick,
@@ -392,6 +415,7 @@ class Pipeline:
             unknown_surface_events=table.unknown_surface_events,
             open_ticks=len(self.clock.open),
             backlog_skipped=self.backlog_skipped,
+            history=window,
         )
 
 

@@ -23,18 +23,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import web
-
 from alarm.collectors import SOURCE_TYPES
 from alarm.collectors.base import Collector, SourceContext, SourceUnavailable
+from alarm.collectors.kernel.canary import EgressCanary
 from alarm.config import Config, ConfigError, load_config
 from alarm.detector.alerts import AlertChange
 from alarm.events import Batch, SourceHealth
+from alarm.history import HistoryRequest
 from alarm.pipeline import Pipeline
 from alarm.snapshot import Snapshot
 from alarm.state import StateStore
 from exporters.http import HttpServer
 from exporters.notify import Notifications
+from exporters.webconfig import WebConfig
 
 log = logging.getLogger("capalarm")
 RECENT_CHANGES = 200
@@ -48,7 +49,7 @@ MAX_OPEN_CELLS = 2_000_000
 # scrapes, snapshots and other sources' batches get in between.
 TICKS_PER_CALL = 500
 # Settings a running service cannot change; a reload that changes them keeps the running ones.
-RESTART_ONLY = ("tick", "state_dir", "http", "event_time", "heavy_hitters")
+RESTART_ONLY = ("tick", "state_dir", "http", "event_time", "heavy_hitters", "egress_canary")
 
 
 class ServiceError(RuntimeError):
@@ -79,11 +80,14 @@ class Service:
         config_path: str | None = None,
         collectors: Mapping[str, Collector] | None = None,
         on_change: Callable[[AlertChange], None] | None = None,
+        web_config: WebConfig | None = None,
     ):
         """``collectors``: use these for sources of these names instead of building them from
         the config (the demo and tests plug in their own; names the config does not declare
-        feed egress unless the collector has a ``kind``)."""
+        feed egress unless the collector has a ``kind``).  ``web_config``: TLS and basic auth
+        for the HTTP side (``--web.config.file``), re-read when its file changes."""
         self.config = config
+        self.web_config = web_config
         self.config_path = config_path
         self._given = dict(collectors or {})
         self.store = StateStore(config.state_dir)
@@ -111,6 +115,15 @@ class Service:
         self._tg: asyncio.TaskGroup | None = None
         self.reloads = 0
         self.internal_errors = 0
+        self.http: HttpServer | None = None
+        self.canary = (
+            EgressCanary(
+                config.egress_canary,
+                lambda: {rs.name: rs.collector for rs in self.sources.values()},
+            )
+            if config.egress_canary is not None
+            else None
+        )
 
     def _extra_sources(self, config: Config) -> dict[str, tuple[str, str]]:
         declared = {s.name for s in config.sources}
@@ -220,11 +233,17 @@ class Service:
             self._slow_saved = time.monotonic()
             self._slow_seconds = self._slow_saved - now
 
-    def _snapshot(self, now: float, health: dict[str, SourceHealth]) -> Snapshot:
-        return self.pipeline.snapshot(now, self.config.http.top_contributors, health, {})
+    def _snapshot(
+        self, now: float, health: dict[str, SourceHealth], history: HistoryRequest | None
+    ) -> Snapshot:
+        return self.pipeline.snapshot(now, self.config.http.top_contributors, health, {}, history)
 
-    async def snapshot(self) -> Snapshot:
-        return await self._on_pipeline(self._snapshot, time.time(), self._health())
+    async def snapshot(self, history: HistoryRequest | None = None) -> Snapshot:
+        """``history``: with the last hour of these surfaces (the status page, the API)."""
+        snap = await self._on_pipeline(self._snapshot, time.time(), self._health(), history)
+        if self.canary is not None:
+            snap.egress_canary = self.canary.view()
+        return snap
 
     # -- tasks -------------------------------------------------------------------------
     async def _run_source(self, rs: RunningSource) -> None:
@@ -300,32 +319,29 @@ class Service:
             return False, "sources not reading: " + ", ".join(down)
         return True, ""
 
-    async def _start_http(self) -> web.AppRunner:
+    async def _start_http(self) -> HttpServer:
         server = HttpServer(
             self.snapshot,
             lambda: self.notify.views,
             lambda: list(self.recent),
             self._ready,
             notifications=self.notify.api,
+            web_config=self.web_config,
         )
-        runner = web.AppRunner(server.app, access_log=None)
-        await runner.setup()
         host, port = self.config.http.host_port()
-        site = web.TCPSite(runner, host, port)
         try:
-            await site.start()
+            self.http_port = await server.start(host, port)
         except OSError as exc:
-            await runner.cleanup()
+            await server.stop()
             why = "address already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
             raise ServiceError(f"cannot listen on {host}:{port}: {why}") from None
-        sockets = site._server.sockets if site._server else []  # type: ignore[union-attr]
-        self.http_port = sockets[0].getsockname()[1] if sockets else port
-        self.notify.set_status_page(f"http://{host}:{self.http_port}/")
-        log.info("serving http://%s:%d/ (metrics at /metrics)", host, self.http_port)
-        return runner
+        self.http = server
+        self.notify.set_status_page(f"{server.scheme}://{host}:{self.http_port}/")
+        log.info("serving %s://%s:%d/ (metrics at /metrics)", server.scheme, host, self.http_port)
+        return server
 
     async def run(self) -> None:
-        runner = await self._start_http()  # a busy port is reported before anything starts
+        server = await self._start_http()  # a busy port is reported before anything starts
         self.pipeline.start(time.time())
         if self._startup_changes:
             changes, self._startup_changes = self._startup_changes, []
@@ -340,10 +356,12 @@ class Service:
                 for rs in self.sources.values():
                     rs.task = tg.create_task(self._run_source(rs))
                 tg.create_task(self.notify.run())
+                if self.canary is not None:
+                    tg.create_task(self.canary.run())
         finally:
             self._tg = None
             with contextlib.suppress(asyncio.CancelledError):
-                await runner.cleanup()
+                await server.stop()
             # Positions and counters of everything counted so far, in one transaction.
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._on_pipeline(lambda: self._save_state(final=True)))
@@ -410,6 +428,7 @@ class Service:
         changes = new.load_state(old.to_state(), [(header, arrays)], now)
         new.ledger = {n: rows for n, rows in old.ledger.items() if n in new.sources}
         new.last_tick_seconds = old.last_tick_seconds
+        new.adopt_history(old)
         new.start(now)
         for name, clock in old.clock.sources.items():
             if name in new.clock.sources:

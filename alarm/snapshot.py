@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from alarm.events import SourceHealth
 
 
@@ -52,6 +54,46 @@ class SourceView:
 
 
 @dataclass(slots=True)
+class HistoryWindow:
+    """The last hour of some surfaces (alarm/history.py): ``rows`` index ``Snapshot.surfaces``;
+    each array is (len(rows), slots), oldest slot first, slot ``j`` starting at ``starts[j]``;
+    NaN where nothing was evaluated, and in ``threshold`` where the spike rule did not judge."""
+
+    rows: list[int]
+    starts: np.ndarray
+    slot_seconds: float
+    rate: np.ndarray  # bytes/s (the largest tick of the slot)
+    threshold: np.ndarray  # bytes/s
+    budget_ratio: np.ndarray  # budget excess / tolerance, largest horizon (1: fires)
+
+
+@dataclass(slots=True)
+class CanarySourceView:
+    """What one kernel source made of the egress canaries (alarm/collectors/kernel/canary.py)."""
+
+    source: str
+    seen: int
+    missed: int
+    last_seen: float  # unix s the source read a canary's record (0: never)
+    last_latency: float  # seconds from sending to reading, of the last one seen
+    blind: str  # why the canary makes the source blind ("" while it sees)
+
+
+@dataclass(slots=True)
+class CanaryView:
+    address: str
+    port: int
+    netns: str
+    interval: float
+    deadline: float
+    sent: int
+    send_errors: int
+    last_sent: float
+    last_error: str
+    sources: list[CanarySourceView] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class Snapshot:
     taken_at: float
     tick: float
@@ -64,3 +106,6 @@ class Snapshot:
     unknown_surface_events: int
     open_ticks: int = 0
     backlog_skipped: int = 0
+    # Only when asked for (the status page, ?history=1): never for a scrape of /metrics.
+    history: HistoryWindow | None = None
+    egress_canary: CanaryView | None = None

@@ -1,58 +1,121 @@
-"""The read-only HTTP side: /metrics, /healthz, /readyz, /api/v1/surfaces, /api/v1/alerts, and a
-small status page at /."""
+"""The read-only HTTP side: /metrics, /healthz, /readyz, /api/v1/surfaces, /api/v1/alerts,
+/api/v1/notifications and the status page at /.  Only GET (and HEAD) are routed: nothing here
+changes anything.
+
+With a web config (exporters/webconfig.py, ``--web.config.file``) every request passes its
+rate limit and basic auth, responses carry its headers, and the listener speaks TLS with its
+certificate.  The server owns its listening socket: when a new TLS setting is applied, a
+listener with the new context starts on a duplicate of the same socket before the old one
+stops, so no connection is refused in between and open connections finish on the old one.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import html
+import base64
+import binascii
+import contextlib
+import logging
+import math
+import socket
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from aiohttp import web
 
-from alarm.detector.alerts import AlertState
+from alarm.history import HistoryRequest
 from alarm.sanitize import sanitize
-from alarm.snapshot import Snapshot
+from alarm.snapshot import CanaryView, HistoryWindow, Snapshot
 from exporters.prometheus import NotifierView, render
+from exporters.statuspage import PAGE_SURFACES, STATE_NAMES, render_page
+from exporters.webconfig import WebConfig, WebConfigWatcher
 
-STATE_NAMES = {int(s): s.name.lower() for s in AlertState}
+log = logging.getLogger("capalarm.http")
+
+# Surfaces /api/v1/surfaces?history=1 carries the history of at most (each ~4 KB of JSON).
+API_HISTORY_LIMIT = 1000
+
+
+def _floats(values: Any) -> list[float | None]:
+    return [None if math.isnan(v) else round(v, 6) for v in values.tolist()]
+
+
+def _history_json(window: HistoryWindow, j: int) -> dict[str, Any]:
+    return {
+        "rate_bytes_per_second": _floats(window.rate[j]),
+        "threshold_bytes_per_second": _floats(window.threshold[j]),
+        "budget_excess_ratio": _floats(window.budget_ratio[j]),
+    }
+
+
+def canary_json(c: CanaryView | None) -> dict[str, Any] | None:
+    if c is None:
+        return None
+    return {
+        "address": c.address,
+        "port": c.port,
+        "netns": c.netns,
+        "interval_seconds": c.interval,
+        "deadline_seconds": c.deadline,
+        "sent": c.sent,
+        "send_errors": c.send_errors,
+        "last_sent_timestamp": c.last_sent,
+        "last_error": sanitize(c.last_error),
+        "sources": [
+            {
+                "source": s.source,
+                "seen": s.seen,
+                "missed": s.missed,
+                "last_seen_timestamp": s.last_seen,
+                "last_latency_seconds": s.last_latency,
+                "blind": sanitize(s.blind),
+            }
+            for s in c.sources
+        ],
+    }
 
 
 def surfaces_json(snap: Snapshot) -> dict[str, Any]:
-    return {
+    history = snap.history
+    where = {} if history is None else {row: j for j, row in enumerate(history.rows)}
+    surfaces = []
+    for i, s in enumerate(snap.surfaces):
+        entry: dict[str, Any] = {
+            "surface": s.name,
+            "kind": s.kind,
+            "bytes_total": s.bytes_total,
+            "events_total": s.events_total,
+            "rate_bytes_per_second": s.rate,
+            "events_per_second": s.events_rate,
+            "baseline_bytes_per_second": s.baseline,
+            "threshold_bytes_per_second": s.threshold,
+            "baseline_ready": s.baseline_ready,
+            "learning": s.learning,
+            "budget_misconfigured": s.budget_misconfigured,
+            "capacity_bits_per_second": s.capacity_bps,
+            "budget": {
+                "allowance_bits_per_second": s.budget_allowance,
+                "tolerance_bits": s.budget_tolerance,
+                "excess_bits": s.budget_excess,
+            },
+            "alerts": {
+                "spike": STATE_NAMES[s.spike_state],
+                "budget": STATE_NAMES[s.budget_state],
+            },
+            "top_contributors": [
+                {"contributor": sanitize(c), "bytes": b} for c, b in s.contributors
+            ],
+            "contributors_error_bytes": s.contributors_error,
+        }
+        if history is not None and i in where:
+            entry["history"] = _history_json(history, where[i])
+        surfaces.append(entry)
+    out: dict[str, Any] = {
         "taken_at": snap.taken_at,
         "tick_seconds": snap.tick,
         "last_tick_end": snap.last_tick_end,
-        "surfaces": [
-            {
-                "surface": s.name,
-                "kind": s.kind,
-                "bytes_total": s.bytes_total,
-                "events_total": s.events_total,
-                "rate_bytes_per_second": s.rate,
-                "events_per_second": s.events_rate,
-                "baseline_bytes_per_second": s.baseline,
-                "threshold_bytes_per_second": s.threshold,
-                "baseline_ready": s.baseline_ready,
-                "learning": s.learning,
-                "budget_misconfigured": s.budget_misconfigured,
-                "capacity_bits_per_second": s.capacity_bps,
-                "budget": {
-                    "allowance_bits_per_second": s.budget_allowance,
-                    "tolerance_bits": s.budget_tolerance,
-                    "excess_bits": s.budget_excess,
-                },
-                "alerts": {
-                    "spike": STATE_NAMES[s.spike_state],
-                    "budget": STATE_NAMES[s.budget_state],
-                },
-                "top_contributors": [
-                    {"contributor": sanitize(c), "bytes": b} for c, b in s.contributors
-                ],
-                "contributors_error_bytes": s.contributors_error,
-            }
-            for s in snap.surfaces
-        ],
+        "surfaces": surfaces,
         "sources": [
             {
                 "source": v.name,
@@ -73,11 +136,35 @@ def surfaces_json(snap: Snapshot) -> dict[str, Any]:
             }
             for v in snap.sources
         ],
+        "egress_canary": canary_json(snap.egress_canary),
         "open_ticks": snap.open_ticks,
     }
+    if history is not None:
+        # Slot j of every surface's history starts at slot_starts[j] and lasts slot_seconds.
+        out["history"] = {
+            "slot_seconds": history.slot_seconds,
+            "slot_starts": history.starts.tolist(),
+            "surfaces_with_history": len(history.rows),
+        }
+    return out
 
 
-SnapshotFn = Callable[[], Awaitable[Snapshot]]
+SnapshotFn = Callable[[HistoryRequest | None], Awaitable[Snapshot]]
+
+
+def _basic_credentials(header: str | None) -> tuple[str, str] | None:
+    """RFC 7617: ``Basic base64(user ":" password)``; None when absent or malformed."""
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(token.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    user, sep, password = decoded.partition(":")
+    return (user, password) if sep else None
 
 
 class HttpServer:
@@ -88,13 +175,16 @@ class HttpServer:
         recent_changes: Callable[[], list[dict[str, Any]]],
         ready: Callable[[], tuple[bool, str]],
         notifications: Callable[[], Awaitable[dict[str, Any]]] | None = None,
+        web_config: WebConfig | None = None,
     ):
         self._notifications = notifications
         self._snapshot = snapshot
         self._notifiers = notifiers
         self._recent = recent_changes
         self._ready = ready
-        self.app = web.Application()
+        self.web = WebConfigWatcher(web_config) if web_config is not None else None
+        self._tls_key = web_config.tls_key if web_config is not None else None
+        self.app = web.Application(middlewares=[self._guard])
         self.app.add_routes(
             [
                 web.get("/", self.index),
@@ -106,9 +196,99 @@ class HttpServer:
                 web.get("/api/v1/notifications", self.notifications),
             ]
         )
+        self._runner: web.AppRunner | None = None
+        self._site: web.SockSite | None = None
+        self._sock: socket.socket | None = None
+        self._watch: asyncio.Task[None] | None = None
+        self.port: int | None = None
 
+    # -- listening -------------------------------------------------------------------
+    @property
+    def scheme(self) -> str:
+        tls = self.web is not None and self.web.config.ssl_context is not None
+        return "https" if tls else "http"
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on host:port (0: any free port); returns the port.  OSError when the
+        address cannot be bound."""
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._sock = socket.create_server((host, port), family=family, backlog=128)
+        self._sock.setblocking(False)
+        self.port = self._sock.getsockname()[1]
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        ctx = self.web.config.ssl_context if self.web is not None else None
+        self._site = await self._listen(ctx)
+        if self.web is not None:
+            self._watch = asyncio.create_task(self.web.run(self._apply))
+        return self.port
+
+    async def _listen(self, ctx: ssl.SSLContext | None) -> web.SockSite:
+        assert self._runner is not None and self._sock is not None
+        site = web.SockSite(self._runner, self._sock.dup(), ssl_context=ctx)
+        await site.start()
+        return site
+
+    async def _apply(self, new: WebConfig) -> None:
+        """A reloaded web config: a new TLS setting gets a new listener (users, headers and
+        the rate limit are read per request)."""
+        if self._site is None or new.tls_key == self._tls_key:
+            return
+        old = self._site
+        self._site = await self._listen(new.ssl_context)
+        await old.stop()
+        self._tls_key = new.tls_key
+        log.info("listener now serves %s", self.scheme)
+
+    async def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._sock is not None:
+            self._sock.close()
+
+    # -- every request -----------------------------------------------------------------
+    @web.middleware
+    async def _guard(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """The web config's checks, in the toolkit's order: rate limit, headers, basic
+        auth; then client certificate SANs where configured."""
+        w = self.web
+        if w is None:
+            return await handler(request)
+        cfg = w.config
+        if w.limiter is not None and not w.limiter.allow():
+            return web.Response(status=429, text="Too Many Requests\n", headers=cfg.headers)
+        if cfg.allowed_sans is not None and not self._san_allowed(request, cfg.allowed_sans):
+            return web.Response(status=403, text="Forbidden\n", headers=cfg.headers)
+        if cfg.users:
+            creds = _basic_credentials(request.headers.get("Authorization"))
+            if creds is None or not await w.auth.check(*creds):
+                return web.Response(
+                    status=401,
+                    text="Unauthorized\n",
+                    headers={**cfg.headers, "WWW-Authenticate": "Basic"},
+                )
+        resp = await handler(request)
+        resp.headers.update(cfg.headers)
+        return resp
+
+    @staticmethod
+    def _san_allowed(request: web.Request, allowed: frozenset[str]) -> bool:
+        """The client certificate names one of ``allowed`` as a DNS, IP, e-mail or URI
+        subject alternative name (the toolkit's client_allowed_sans)."""
+        cert = request.transport.get_extra_info("peercert") if request.transport else None
+        if not cert:
+            return False
+        return any(value in allowed for _, value in cert.get("subjectAltName", ()))
+
+    # -- endpoints -------------------------------------------------------------------
     async def metrics(self, request: web.Request) -> web.Response:
-        snap = await self._snapshot()
+        snap = await self._snapshot(None)
         body, ctype = await asyncio.to_thread(
             render, snap, list(self._notifiers()), request.headers.get("Accept")
         )
@@ -123,9 +303,15 @@ class HttpServer:
         ok, why = self._ready()
         return web.Response(text=(why or "ready") + "\n", status=200 if ok else 503)
 
-    async def surfaces(self, _: web.Request) -> web.Response:
-        snap = await self._snapshot()
-        return web.json_response(surfaces_json(snap))
+    async def surfaces(self, request: web.Request) -> web.Response:
+        """``?history=1``: with the last hour of each surface (of at most API_HISTORY_LIMIT,
+        those that need a look first); ``&surface=NAME`` (repeatable): of these only."""
+        q = request.query
+        want = q.get("history", "") not in ("", "0", "false")
+        names = frozenset(q.getall("surface", [])) or None
+        snap = await self._snapshot(HistoryRequest(API_HISTORY_LIMIT, names) if want else None)
+        body = await asyncio.to_thread(surfaces_json, snap)
+        return web.json_response(body)
 
     async def alerts(self, _: web.Request) -> web.Response:
         return web.json_response({"changes": self._recent()})
@@ -137,31 +323,8 @@ class HttpServer:
         return web.json_response(await self._notifications())
 
     async def index(self, _: web.Request) -> web.Response:
-        snap = await self._snapshot()
-        rows = "".join(
-            f"<tr><td>{html.escape(s.kind)}</td><td>{html.escape(s.name)}</td>"
-            f"<td>{s.rate:,.0f}</td><td>{s.baseline:,.0f}</td><td>{s.threshold:,.0f}</td>"
-            f"<td>{s.capacity_bps:,.0f}</td><td>{s.budget_excess:,.0f} / {s.budget_tolerance:,.0f}</td>"
-            f"<td class=s{s.spike_state}>{STATE_NAMES[s.spike_state]}</td>"
-            f"<td class=s{s.budget_state}>{STATE_NAMES[s.budget_state]}</td></tr>"
-            for s in snap.surfaces
-        )
-        srcs = "".join(
-            f"<tr><td>{html.escape(v.name)}</td><td>{'up' if v.health.up else 'DOWN'}</td>"
-            f"<td>{v.counters.get('records_read', 0)}</td>"
-            f"<td>{v.counters.get('records_lost', 0)}</td>"
-            f"<td>{v.counters.get('forged_records', 0)}</td>"
-            f"<td>{v.counters.get('parse_errors', 0)}</td></tr>"
-            for v in snap.sources
-        )
-        page = f"""<!doctype html><html><head><meta charset=utf-8><title>capalarm</title>
-<meta http-equiv=refresh content=5><style>body{{font-family:sans-serif;margin:2em}}
-table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}
-.s1{{background:#fd0}}.s2{{background:#f55;color:#fff}}</style></head><body>
-<h1>capalarm</h1><p>{snap.ticks} ticks of {snap.tick:g}s. <a href=/metrics>/metrics</a>
-<a href=/api/v1/surfaces>/api/v1/surfaces</a> <a href=/api/v1/alerts>/api/v1/alerts</a></p>
-<h2>Surfaces</h2><table><tr><th>kind</th><th>surface</th><th>B/s</th><th>baseline</th>
-<th>threshold</th><th>capacity bit/s</th><th>budget excess / tolerance (bits)</th><th>spike</th>
-<th>budget</th></tr>{rows}</table><h2>Sources</h2><table><tr><th>source</th><th>state</th>
-<th>read</th><th>lost</th><th>forged</th><th>parse errors</th></tr>{srcs}</table></body></html>"""
-        return web.Response(text=page, content_type="text/html")
+        snap = await self._snapshot(HistoryRequest(PAGE_SURFACES))
+        page = await asyncio.to_thread(render_page, snap, self._recent(), len(snap.surfaces))
+        resp = web.Response(text=page, content_type="text/html")
+        resp.enable_compression()
+        return resp

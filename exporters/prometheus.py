@@ -18,6 +18,7 @@ from prometheus_client.process_collector import ProcessCollector
 from alarm import __version__
 from alarm.events import CORE_COUNTERS
 from alarm.snapshot import Snapshot, SourceView, SurfaceView
+from exporters.canary_metrics import canary_families
 
 # Capacity figures are computed in bits (the TCSEC bands are in bit/s) but exposed in
 # Prometheus' base unit, bytes, as promtool's lint requires: multiply by 8 for bits.
@@ -379,6 +380,7 @@ def render(
         lambda: alert_families(snap),
         lambda: source_families(snap),
         lambda: notifier_families(notifiers),
+        lambda: canary_families(snap),
     ]
     for part in parts:
         registry.register(_Families(part))  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ DEBS=(
   mtail inotify-tools                                # peers the benchmarks beat
   docker-registry openssl                            # real registry, TLS test certificates
   mediawiki php-cli php-sqlite3 php-mbstring php-xml php-intl
+  chromium                                           # headless browser for the status page
 )
 missing=()
 for p in "${DEBS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

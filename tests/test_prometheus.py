@@ -118,12 +118,19 @@ async def test_prometheus_scrapes_exact_bytes_and_promtool_is_clean(tmp_path):
                 return result and float(result[0]["value"][1]) == total
 
             await wait_for(scraped, timeout=45, interval=0.5)
-            up = await asyncio.to_thread(query, 'up{job="capalarm"}')
-            assert up[0]["value"][1] == "1"
-            src_up = await asyncio.to_thread(
-                query, 'capalarm_source_provenance_verified{source="kernel"}'
+
+            # A scrape may time out on a loaded machine (the timeout is the 1 s interval);
+            # then every series is briefly stale, so each value is waited for, not read once.
+            async def value_is(expr: str, want: str) -> bool:
+                result = await asyncio.to_thread(query, expr)
+                return bool(result) and result[0]["value"][1] == want
+
+            await wait_for(lambda: value_is('up{job="capalarm"}', "1"), timeout=20, interval=0.5)
+            await wait_for(
+                lambda: value_is('capalarm_source_provenance_verified{source="kernel"}', "1"),
+                timeout=20,
+                interval=0.5,
             )
-            assert src_up[0]["value"][1] == "1"
 
             # Every dashboard query runs; the per-surface panels have data for our surface.
             variables = {

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import Field
@@ -24,6 +24,9 @@ from alarm.collectors.kernel.fastscan import FlowScan, Row, native_available, sc
 from alarm.collectors.kernel.netfilter import MAX_LINE, FenceParseError, parse_fence
 from alarm.collectors.kernel.records import KernelRecord
 from alarm.events import WriteEvents
+
+if TYPE_CHECKING:
+    from alarm.collectors.kernel.canary import CanaryClaims
 
 # Batches at least this large go through the native scanner (below it, its fixed cost of a
 # few numpy arrays is more than the per-record parser's).
@@ -88,15 +91,21 @@ class FenceReader:
     (no state but settings): kernel sources call it in a worker thread.
 
     ``require_trusted``: the source can prove kernel origin, so a record it cannot vouch for
-    is forged, not traffic."""
+    is forged, not traffic.  ``canary``: set by the egress canary (canary.py) while it
+    watches this source: the records of its outstanding canaries are taken out first and
+    counted there, never as writes."""
 
     def __init__(self, prefixes: tuple[str, ...], require_trusted: bool, tick: float):
         self.prefixes = prefixes
         self.require_trusted = require_trusted
         self.tick = tick
+        self.canary: CanaryClaims | None = None
 
     def read(self, records: list[KernelRecord]) -> FenceRead:
         out = FenceRead(None)
+        canary = self.canary
+        if canary is not None and canary.expecting():
+            records = canary.divert(records, self.prefixes, self.require_trusted)
         scan = FlowScan()
         if len(records) >= NATIVE_BATCH and native_available():
             scan, records = self._native(records, out)
