@@ -1,7 +1,9 @@
 """Proof of sight: canaries seen (never counted), a watch that silently stopped seeing (a file
 system mounted over the tree) caught by the canary, a tree deleted and recreated, a watcher
-whose descriptor died replaced with nothing lost.  Each blindness is counted, sets
-``health.up = False`` and says why in ``health.last_error``."""
+whose descriptor died replaced with nothing lost.  Each blindness is counted, says why in
+``health.blind`` (the service's ``surface_blind`` alarm, naming the tree) and in
+``health.last_error``, and clears when the source sees again; ``health.up`` stays true: the
+source runs."""
 
 from __future__ import annotations
 
@@ -37,10 +39,10 @@ async def test_canaries_are_seen_and_never_counted(tmp_path: Path, mode: str) ->
     c = collector(cfg, rec)
     async with running(c, rec):
         await asyncio.sleep(2.0)
-        assert c.health.up, c.health.last_error
+        assert c.health.up and c.health.blind == "", c.health.last_error
         write(tmp_path / "real", b"r" * 10)
         await quiesce(c)
-        assert c.health.up
+        assert c.health.up and c.health.blind == ""
     assert rec.counts["canary_missed"] == 0
     assert rec.by_path() == {str(tmp_path / "real"): 10}
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".capalarm-canary-")]
@@ -57,14 +59,19 @@ async def test_a_tree_mounted_over_goes_blind_and_the_canary_says_so(
     c = collector(cfg, rec)
     async with running(c, rec):
         await wait_for(lambda: c.health.up, what="up")
+        await asyncio.sleep(1.0)
+        assert c.health.blind == "", "a canary is seen in time while the watch works"
         subprocess.run(["mount", "-t", "tmpfs", "capalarm-over", str(tree)], check=True)
         try:
-            await wait_for(lambda: not c.health.up, timeout=10, what="blind")
+            await wait_for(lambda: bool(c.health.blind), timeout=10, what="blind")
+            assert c.health.blind == f"canary missed in {tree}"
+            assert c.health.up, "blind is not down: the source still runs"
             assert rec.counts["canary_missed"] >= 1
             assert "canary" in c.health.last_error and "not seen" in c.health.last_error
         finally:
             subprocess.run(["umount", str(tree)], check=True)
-        await wait_for(lambda: c.health.up, timeout=10, what="seeing again")
+        await wait_for(lambda: c.health.blind == "", timeout=10, what="seeing again")
+        assert c.health.up
 
 
 async def test_a_deleted_tree_is_missing_and_counted_again_when_recreated(space) -> None:
@@ -75,14 +82,15 @@ async def test_a_deleted_tree_is_missing_and_counted_again_when_recreated(space)
     async with running(c, rec):
         os.unlink(tree / "old")
         os.rmdir(tree)
-        await wait_for(lambda: not c.health.up, timeout=10, what="tree missing")
-        assert rec.counts["tree_missing"] == 1
+        await wait_for(lambda: bool(c.health.blind), timeout=10, what="tree missing")
+        assert c.health.blind == f"tree {tree} is gone or not a directory"
+        assert c.health.up and rec.counts["tree_missing"] == 1
         assert "missing" in c.health.last_error
         assert not [k for k in rec.ledger if k.startswith("f:")]
         tree.mkdir()
         (tree / "sub").mkdir()
         write(tree / "sub" / "new", os.urandom(4321))
-        await wait_for(lambda: c.health.up, timeout=10, what="tree back")
+        await wait_for(lambda: c.health.blind == "", timeout=10, what="tree back")
         await quiesce(c)
     assert rec.by_path()[str(tree / "sub" / "new")] == 4321
     assert rec.bytes_under(str(tree)) == 4321 == tree_bytes(str(tree))
@@ -109,7 +117,7 @@ async def test_a_dead_watcher_is_replaced_and_what_it_missed_is_counted(space) -
         await quiesce(c)
         write(tree / "after", os.urandom(777))  # the new watcher sees
         await quiesce(c)
-        assert c.health.up
+        assert c.health.up and c.health.blind == "", "a new watcher sees again"
     assert (
         rec.bytes_under(str(tree))
         == tree_bytes(str(tree))
@@ -127,17 +135,18 @@ async def test_auto_mode_takes_inotify_first(tmp_path: Path) -> None:
     assert rec.position["trees"][str(tmp_path)]["mode"] == "inotify"
 
 
-async def test_a_missing_tree_at_start_is_down_until_it_appears(tmp_path: Path) -> None:
+async def test_a_missing_tree_at_start_is_blind_until_it_appears(tmp_path: Path) -> None:
     tree = tmp_path / "later"
     rec = Recorder()
     c = collector(settings([str(tree)], mode="inotify", poll_interval=0.2, settle=0.05), rec)
     task = asyncio.create_task(c.run(rec))
     try:
         await wait_for(lambda: rec.counts["tree_missing"] == 1, what="tree missing")
-        assert not c.health.up
+        await wait_for(lambda: bool(c.health.blind), what="blind")
+        assert c.health.up and c.health.blind == f"tree {tree} is gone or not a directory"
         tree.mkdir()
         write(tree / "first", os.urandom(10))
-        await wait_for(lambda: c.health.up, what="up")
+        await wait_for(lambda: c.health.blind == "", what="seeing")
         await quiesce(c)
         assert rec.by_path() == {str(tree / "first"): 10}
     finally:
@@ -168,3 +177,27 @@ async def test_a_file_system_mounted_inside_a_tree_is_watched_too(space) -> None
         write(inner / "underneath", os.urandom(333))
         await quiesce(c)
     assert rec.by_path()[str(inner / "underneath")] == 333
+
+
+async def test_blindness_names_each_tree_escaped_and_bounded(tmp_path: Path) -> None:
+    hostile = tmp_path / "evil\n\x1b[31mname"  # a newline and a terminal escape in the name
+    trees = [hostile] + [tmp_path / f"gone{i}" for i in range(4)]
+    rec = Recorder()
+    c = collector(settings([str(t) for t in trees], mode="inotify", poll_interval=0.2), rec)
+    task = asyncio.create_task(c.run(rec))
+    try:
+        await wait_for(lambda: rec.counts["tree_missing"] == 5, what="five trees missing")
+        await wait_for(lambda: bool(c.health.blind), what="blind")
+        blind = c.health.blind
+        assert c.health.up
+        assert "\n" not in blind and "\x1b" not in blind, "control bytes are escaped"
+        assert blind.startswith(f"tree {tmp_path}/evil\\n\\x1b[31mname is gone")
+        assert blind.endswith("; and 2 more") and blind.count(" is gone ") == 3
+        for i in range(4):
+            trees[1 + i].mkdir()
+        hostile.mkdir()
+        await wait_for(lambda: c.health.blind == "", what="every tree back")
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task

@@ -96,6 +96,48 @@ async def test_restart_counts_what_changed_while_down_and_nothing_old(space) -> 
     assert rec.bytes_under(str(tree)) == 500 + 300 + 700 + 5000
 
 
+@pytest.mark.parametrize("mode", ["inotify", "poll"])
+async def test_a_new_file_on_the_inode_number_of_one_deleted_while_down_counts_its_size(
+    tmp_path: Path, mode: str
+) -> None:
+    # ext4 (what tmp_path is on here and in CI) gives a freed inode number to the next file
+    # at once; tmpfs does not, so this runs on tmp_path in both modes.
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    cfg = settings([str(tree)], mode=mode, settle=0.05, poll_interval=0.2)
+    rec = Recorder()
+    c = collector(cfg, rec)
+    async with running(c, rec):
+        for i in range(20):
+            write(tree / f"old{i}", os.urandom(1000))
+        await quiesce(c)
+    assert rec.bytes_under(str(tree)) == 20_000
+    old_inodes = {os.lstat(tree / f"old{i}").st_ino for i in range(20)}
+    before = len(rec.events)
+
+    # The outage: every file deleted, new (bigger) files made on the freed numbers.
+    for i in range(20):
+        os.unlink(tree / f"old{i}")
+    new_sizes = {f"new{i}": 3000 + i for i in range(20)}
+    for name, size in new_sizes.items():
+        write(tree / name, os.urandom(size))
+    reused = old_inodes & {os.lstat(tree / n).st_ino for n in new_sizes}
+    assert reused, "the file system reused no inode number: this test needs one that does"
+
+    c2 = collector(cfg, rec)
+    async with running(c2, rec):
+        await quiesce(c2)
+    after = rec.events[before:]
+    assert {e.key: e.nbytes for e in after} == {str(tree / n): s for n, s in new_sizes.items()}
+    assert all(e.evidence["change"] == "found_by_scan" for e in after)
+    assert rec.counts["inodes_reused"] == len(reused)
+    assert (
+        rec.bytes_under(str(tree))
+        == 20_000 + sum(new_sizes.values())
+        == 20_000 + tree_bytes(str(tree))
+    )
+
+
 async def test_a_batch_that_failed_to_apply_is_sent_again(tmp_path: Path) -> None:
     rec = Recorder()
     c = collector(settings([str(tmp_path)], mode="inotify", settle=0.05), rec)

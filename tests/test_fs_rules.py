@@ -342,3 +342,39 @@ async def test_poll_mode_counts_the_same(tmp_path: Path, change: str) -> None:
     assert rec.bytes_under(str(tree)) == expected
     files = {k for k in rec.ledger if k.startswith("f:")}
     assert len(files) == {"create": 2, "grow": 1, "delete": 0, "rename": 1}[change]
+
+
+async def test_poll_mode_counts_a_new_file_on_a_reused_inode_number_by_its_size(
+    tmp_path: Path,
+) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    rec = Recorder()
+    c = collector(settings([str(tree)], mode="poll", poll_interval=0.3, settle=0.05), rec)
+    async with running(c, rec):
+        write(tree / "a", os.urandom(1000))
+        await quiesce(c)
+        ino = os.lstat(tree / "a").st_ino
+        # Between two rounds: deleted, and its number given to a bigger file (to a round,
+        # a rename of "a" to "b" that grew, unless told apart by the birth time).
+        os.unlink(tree / "a")
+        write(tree / "b", os.urandom(4000))
+        assert os.lstat(tree / "b").st_ino == ino, "ext4 reuses a freed inode number"
+        await quiesce(c)
+    assert rec.by_path() == {str(tree / "a"): 1000, str(tree / "b"): 4000}
+    assert rec.counts["inodes_reused"] == 1
+
+
+async def test_poll_mode_a_rename_that_grew_counts_the_growth(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    rec = Recorder()
+    c = collector(settings([str(tree)], mode="poll", poll_interval=0.3, settle=0.05), rec)
+    async with running(c, rec):
+        write(tree / "a", os.urandom(1000))
+        await quiesce(c)
+        os.rename(tree / "a", tree / "b")
+        write(tree / "b", os.urandom(500), "ab")
+        await quiesce(c)
+    assert rec.by_path() == {str(tree / "a"): 1000, str(tree / "b"): 500}
+    assert rec.counts["inodes_reused"] == 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -136,13 +137,28 @@ def basic(user: str, password: str) -> dict[str, str]:
     return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
 
+# pypiserver imports passlib's htpasswd support, which probes bcrypt at import and fails with
+# bcrypt >= 4.1 (no ``__about__``; bcrypt 5 refuses the 73-byte probe password it hashes).
+# The index here runs without authentication (``-a . -P .``), so bcrypt is hidden from it: a
+# ``None`` in sys.modules makes ``import bcrypt`` raise ImportError (the import system's
+# documented behaviour), and passlib then offers htpasswd without bcrypt.
+PYPISERVER_MAIN = (
+    "import sys; sys.modules['bcrypt'] = None; sys.argv[0] = 'pypi-server'; "
+    "from pypiserver.__main__ import main; sys.exit(main())"
+)
+
+
 @contextlib.contextmanager
-def pypiserver(workdir: Path) -> Iterator[Server]:
-    """pypiserver (HTML simple index only), uploads without authentication."""
-    exe = program("pypi-server")
-    port = free_port()
-    (workdir / "packages").mkdir()
-    cmd = [exe, "run", "-p", str(port), "-i", "127.0.0.1", "-a", ".", "-P", ".", "packages"]
+def pypiserver(workdir: Path, port: int | None = None) -> Iterator[Server]:
+    """pypiserver (HTML simple index only), uploads without authentication.  Started again
+    on the same ``workdir`` and ``port``, it serves what was uploaded before (a registry that
+    was down and came back)."""
+    if importlib.util.find_spec("pypiserver") is None:
+        unavailable("pypiserver is not installed")
+    port = port or free_port()
+    (workdir / "packages").mkdir(exist_ok=True)
+    cmd = [sys.executable, "-c", PYPISERVER_MAIN, "run", "-p", str(port), "-i", "127.0.0.1"]
+    cmd += ["-a", ".", "-P", ".", "packages"]
     with running(cmd, workdir, f"http://127.0.0.1:{port}/simple/") as proc:
         yield Server(
             f"http://127.0.0.1:{port}/simple/",

@@ -53,6 +53,7 @@ from alarm.events import Event
 MAX_EVENTS = 50_000  # watcher events per step
 SCAN_BUDGET = 20_000  # entries scanned per step
 COMM_MEMORY = 4096
+BLIND_REASONS_SHOWN = 3  # per source; the rest is "and N more"
 
 
 @dataclass(slots=True)
@@ -61,7 +62,9 @@ class Tree:
     path: bytes
     mode: str = ""  # fanotify | inotify | poll ("" until the tree exists)
     state: str = "baseline"  # baseline until its first full scan is done, then ready
-    blind: dict[str, str] = field(default_factory=dict)  # reason -> message
+    # Why the source cannot see this tree, by reason (missing, canary, watch): each a short
+    # message naming the tree, joined into ``health.blind``.
+    blind: dict[str, str] = field(default_factory=dict)
     last_poll: float = 0.0
     missing_since: float | None = None
     initial: ScanJob | None = None
@@ -77,6 +80,7 @@ class StepResult:
     more: bool
     caught_up: bool
     up: bool
+    blind: str
     mode: str
     problems: list[str]
     last_event_ts: float
@@ -505,7 +509,7 @@ class Engine:
     def _tree_missing(self, tree: Tree, now: float, out: Output) -> None:
         if "missing" not in tree.blind:
             out.problem("tree_missing", f"tree {show(tree.path)} is missing or not a directory")
-            tree.blind["missing"] = "tree missing"
+            tree.blind["missing"] = f"tree {show(tree.path)} is gone or not a directory"
             tree.missing_since = now
         root = self.state.roots[tree.index]
         if root >= 0:
@@ -615,7 +619,7 @@ class Engine:
                 "canary_missed",
                 f"canary in {show(tree.path)} not seen within {allowed:g}s (mode {tree.mode})",
             )
-            tree.blind["canary"] = "canary missed"
+            tree.blind["canary"] = f"canary missed in {show(tree.path)}"
             canaries.remove(c.name, tree.path)
         if now < canaries.next_at:
             return
@@ -682,7 +686,7 @@ class Engine:
                     self._start(ScanJob([new_dir], True, now, "new directory"))
             for did in lost:
                 tree = self.trees[state.dirs[did].tree]
-                tree.blind["watch"] = "watch lost"
+                tree.blind["watch"] = f"watch lost in {show(tree.path)}"
                 job = ScanJob([did], True, now, "watch lost")
                 job.on_done = self._repaired(tree)
                 self._start(job)
@@ -728,7 +732,7 @@ class Engine:
                 out.problems.append(f"cannot make a new {mode} watcher: {exc}")
                 for t in self.trees:
                     if t.mode == mode:
-                        t.blind["watch"] = "watcher failed"
+                        t.blind["watch"] = f"no {mode} watcher for {show(t.path)}"
                 continue
             for t in self.trees:
                 root = self.state.roots[t.index]
@@ -783,7 +787,6 @@ class Engine:
             position = None
         else:
             self.last_position = position
-        up = self.opened and not any(t.blind for t in self.trees)
         modes = sorted(
             {t.mode for t in self.trees if t.mode} | ({"poll"} if self.poll_dirs else set())
         )
@@ -797,7 +800,8 @@ class Engine:
             watermark,
             more or bool(self.jobs and any(j.count or j.reason == "baseline" for j in self.jobs)),
             caught_up,
-            up,
+            self.opened,
+            self.blind(),
             "+".join(modes),
             out.problems,
             last_ts,
@@ -831,6 +835,14 @@ class Engine:
         if self.jobs:
             times.append(now)
         return min(times)
+
+    def blind(self) -> str:
+        """Why the source cannot see (what ``health.blind`` says, "" while it sees every
+        tree): a missed canary, a tree gone, a watch lost, each naming its tree."""
+        reasons = [m for t in self.trees for m in t.blind.values()]
+        shown = "; ".join(reasons[:BLIND_REASONS_SHOWN])
+        more = len(reasons) - BLIND_REASONS_SHOWN
+        return shown + (f"; and {more} more" if more > 0 else "")
 
     @property
     def polling(self) -> bool:

@@ -98,7 +98,10 @@ class FsCollector:
             first.problems += opened.problems
             first.events += opened.events
             self.engine.start()
+            # Up: the source runs.  What it cannot see (a tree gone, a missed canary, a lost
+            # watch) is ``blind``, the service's surface_blind alarm, not down.
             health.up = True
+            health.blind = self.engine.blind()
             self._report(first.problems)
             pending = self._batch_of(first, None, None)
             if pending is not None:
@@ -127,6 +130,7 @@ class FsCollector:
                 health.read_seconds = time.monotonic() - t0
                 health.last_success_at = time.time()
                 health.up = res.up
+                health.blind = res.blind
                 health.mode = res.mode
                 health.caught_up = res.caught_up and res.up
                 if res.last_event_ts:
@@ -188,6 +192,7 @@ COUNTERS: dict[str, str] = {
     "rewrites": "Files rewritten in place (their new size counted as capacity).",
     "truncations": "Files truncated (never counted negative).",
     "hard_links": "Hard links made to a file already counted (counted once).",
+    "inodes_reused": "Files found on the inode number of a file deleted unseen (born after it): counted as new files.",
     "scan_entries": "Entries looked at by scans (baseline, reconcile, poll, new directories).",
     "scans_completed": "Scans completed.",
     "unresolved_events": "fanotify events whose directory could no longer be resolved (deleted meanwhile).",

@@ -12,6 +12,9 @@ a scan of the same file, or a scan after an overflow never count a byte twice.
   and the bytes belong to where they land.  A rename inside a tree after that moves no bytes.
 - Counting writes the file's ledger row (ledger.py) in the same batch, so what is saved is
   what was counted.
+- A known inode found under a name it did not have (a scan after a restart, an overflow, a
+  poll round) and changed is checked for a new birth (birth.py): a file born on the number
+  of one deleted unseen is a new file, counted by its size, not as the old one grown.
 
 Owned by one thread at a time (the engine's step runs in a worker thread).
 """
@@ -27,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from alarm.collectors.fs.birth import Births
 from alarm.collectors.fs.ledger import ledger_value
 from alarm.collectors.fs.measure import measure
 from alarm.collectors.fs.table import DELETED, PENDING, SAVED, InodeTable, U64Map, key64, view
@@ -111,6 +115,7 @@ class FileState:
         self._next_dir = 1
         self._dead_dirs: list[int] = []
         self._paths: dict[int, bytes] = {}
+        self._births = Births()
 
     # -- generations and paths ---------------------------------------------------------
     def new_gen(self) -> int:
@@ -332,6 +337,9 @@ class FileState:
             self._drop_name(row, out)
         path = self.entry_path(dir_id, name)
         known = inodes.find(dev, ino)
+        if known >= 0 and self._reborn(known, path, st):
+            self._renew(known, dir_id, name, path, st, ts, count, out, change, pid)
+            return -1
         if known >= 0:
             had_names = inodes.names[known] > 0
             self._bind(dir_id, name, known)
@@ -356,6 +364,50 @@ class FileState:
             self._bind(dir_id, name, row)
             out.ledger[f"f:{dev}:{ino}"] = ledger_value(st.st_size, m, st.st_mtime_ns)
         return -1
+
+    def _reborn(self, row: int, path: bytes, st: os.stat_result) -> bool:
+        """Whether the file at ``path`` is a new file on inode ``row``'s number: changed, and
+        born after the mtime last measured of the file that had it."""
+        inodes = self.inodes
+        if st.st_mtime_ns == inodes.mtime[row] and st.st_size == inodes.size[row]:
+            return False  # moved, linked or found again: the same file
+        born = self._births.born_ns(path, st.st_ino)
+        return born is not None and born > inodes.mtime[row]
+
+    def _renew(
+        self,
+        row: int,
+        dir_id: int,
+        name: bytes,
+        path: bytes,
+        st: os.stat_result,
+        ts: float,
+        count: bool,
+        out: Output,
+        change: str,
+        pid: int,
+    ) -> None:
+        """Inode ``row``'s number now holds a new file: the old one was deleted unseen (what
+        was counted of it stays counted); the new one counts like any new file.  The row is
+        kept, not removed and added again, because names the old file had may still point at
+        it until a sweep drops them."""
+        inodes = self.inodes
+        if row in self.pending:
+            self._count_pending(row, out)
+        out.counts["inodes_reused"] += 1
+        m, _sparse = measure(path, st)
+        inodes.size[row], inodes.mtime[row], inodes.measure[row] = st.st_size, st.st_mtime_ns, m
+        inodes.flags[row] &= ~SAVED
+        self._bind(dir_id, name, row)
+        if count:
+            inodes.counted[row] = 0
+            inodes.flags[row] |= PENDING
+            self.pending[row] = Pending(dir_id, name, ts, ts, change, pid)
+            if self.settle <= 0:
+                self._count_pending(row, out)
+        else:
+            inodes.counted[row] = m
+            out.ledger[f"f:{st.st_dev}:{st.st_ino}"] = ledger_value(st.st_size, m, st.st_mtime_ns)
 
     def _observe_dir(
         self, parent: Dir, name: bytes, st: os.stat_result, ts: float, count: bool, out: Output

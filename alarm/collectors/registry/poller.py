@@ -18,7 +18,10 @@ An adapter knows one API; each poll it is handed a :class:`Cycle` and reports wh
   over in chunks (``checkpoint``).
 - **Proof of sight.**  ``health.last_success_at`` at the end of every complete poll, ``up``
   and ``caught_up`` with it, ``watermark`` = the poll's start (every upload before it has been
-  seen); a failed poll is ``health.failed`` and ``up = False``.
+  seen); a failed poll is ``health.failed`` and ``up = False``.  While the last successful
+  poll (or, before the first, the start) is older than ``blind_after``, ``health.blind`` says
+  so: the service's ``surface_blind`` alarm.  A timer of its own sets it, because the poll
+  that should have succeeded may be the one that hangs (retries, ``Retry-After``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -41,6 +45,7 @@ from alarm.sanitize import sanitize
 log = logging.getLogger(__name__)
 
 POSITION_VERSION = 1
+BLIND_RECHECK = 60.0  # while blind, how often the message's age is brought up to date (s)
 FLUSH_EVENTS = 2000  # events per batch, so a huge first-after-outage poll is handed over in parts
 FLUSH_LEDGER_ROWS = 500
 EVIDENCE_TEXT_LIMIT = 300
@@ -73,6 +78,26 @@ def iso(ts: float | None) -> str | None:
     if ts is None:
         return None
     return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+
+
+def age_text(seconds: float) -> str:
+    """``42s``, ``5m``, ``3h``, ``2d``: whole units, rounded down (a blind message's age)."""
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s}s"
+    if s < 2 * 3600:
+        return f"{s // 60}m"
+    if s < 2 * 86400:
+        return f"{s // 3600}h"
+    return f"{s // 86400}d"
+
+
+def shown_url(url: str) -> str:
+    """The registry's URL for a health message: no userinfo, query or fragment (they may
+    carry credentials), control characters escaped, bounded."""
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    return sanitize(urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", "")))
 
 
 def parse_time(value: Any) -> float | None:
@@ -204,6 +229,10 @@ class RegistryPoller:
         self.index = ArtifactIndex()
         self._patterns = tuple(Pattern.compile(p) for p in settings.packages)
         self.lag = 0.0  # how late the last poll started against its schedule (s)
+        # Until the first successful poll, sight is counted from when the source was built
+        # (not from each run: a collector that fails and is restarted must still go blind).
+        self.watching_since = time.time()
+        self._url_shown = shown_url(settings.url)
         ours = (
             isinstance(position, dict)
             and position.get("v") == POSITION_VERSION
@@ -269,16 +298,44 @@ class RegistryPoller:
         return RegistryClient(self.settings, self.counts, self.authorization)
 
     async def run(self, emit: Emit) -> None:
-        async with self.client() as client:
-            next_at = time.time()
-            while True:
-                wait = max(next_at, self.not_before) - time.time()
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                started = time.time()
-                self.lag = max(0.0, started - next_at)
-                next_at = max(next_at + self.settings.interval, started)
-                await self.poll_once(client, emit, started)
+        sight = asyncio.create_task(self.watch_sight(), name=f"registry {self.name}: sight")
+        try:
+            async with self.client() as client:
+                next_at = time.time()
+                while True:
+                    wait = max(next_at, self.not_before) - time.time()
+                    if wait > 0:
+                        await asyncio.sleep(wait)
+                    started = time.time()
+                    self.lag = max(0.0, started - next_at)
+                    next_at = max(next_at + self.settings.interval, started)
+                    await self.poll_once(client, emit, started)
+        finally:
+            sight.cancel()
+            await asyncio.wait([sight])
+
+    def blind_for(self, now: float) -> float | None:
+        """How long the source has gone without a successful poll, once that is longer than
+        ``blind_after``; None while it sees."""
+        age = now - max(self.health.last_success_at, self.watching_since)
+        return age if age >= self.settings.blind_seconds else None
+
+    async def watch_sight(self) -> None:
+        """Keep ``health.blind`` true to the age of the last successful poll: set at the
+        moment it passes ``blind_after`` (whatever the poll is doing then), its age brought up
+        to date while it lasts; a successful poll clears it (``poll_once``)."""
+        after = self.settings.blind_seconds
+        health = self.health
+        while True:
+            now = time.time()
+            age = self.blind_for(now)
+            if age is None:
+                health.blind = ""
+                seen = max(health.last_success_at, self.watching_since)
+                await asyncio.sleep(max(0.01, seen + after - now))
+                continue
+            health.blind = f"no successful poll of {self._url_shown} for {age_text(age)}"
+            await asyncio.sleep(min(after, BLIND_RECHECK))
 
     async def poll_once(self, client: RegistryClient, emit: Emit, started: float) -> bool:
         cycle = Cycle(self, client, emit, started)
@@ -305,6 +362,7 @@ class RegistryPoller:
         self.health.up = True
         self.health.caught_up = True
         self.health.last_success_at = now
+        self.health.blind = ""
         self.health.read_seconds = now - started
         return True
 

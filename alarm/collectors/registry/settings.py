@@ -19,6 +19,10 @@ from alarm.notify_config import SecretSource
 from alarm.settings import Duration
 
 MiB = 1024 * 1024
+# Without ``blind_after``: blind after this many intervals without a successful poll, and
+# never sooner than BLIND_AFTER_MIN (a short interval must not page on one slow poll).
+BLIND_AFTER_INTERVALS = 3
+BLIND_AFTER_MIN = 60.0
 
 
 class Credentials(SecretSource):
@@ -63,6 +67,24 @@ class RegistryBase(SourceSettings):
     packages: list[str] = []
     credentials: Credentials | None = None
     ca_file: str | None = None  # PEM bundle to verify the registry's TLS certificate with
+    # The source is blind (the surface_blind alarm) while its last successful poll is older
+    # than this; None: 3 x interval, at least 60 s (``blind_seconds``).
+    blind_after: Duration | None = Field(None, gt=0, le=7 * 86400.0)
+
+    @property
+    def blind_seconds(self) -> float:
+        if self.blind_after is not None:
+            return self.blind_after
+        return max(BLIND_AFTER_INTERVALS * self.interval, BLIND_AFTER_MIN)
+
+    @model_validator(mode="after")
+    def _blind_after_an_interval(self) -> RegistryBase:
+        if self.blind_after is not None and self.blind_after <= self.interval:
+            raise ValueError(
+                f"blind_after ({self.blind_after:g}s) must be longer than interval "
+                f"({self.interval:g}s): every poll would be late"
+            )
+        return self
 
 
 class PypiSettings(RegistryBase):
