@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import field_validator
 
-from alarm.classify.patterns import Pattern
 from alarm.events import KeyedSubjects
+from alarm.patterns import Pattern
 from alarm.settings import Strict
 
 CACHE_SIZE = 65536

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from alarm.classify.patterns import Pattern
 from alarm.events import KeyedSubjects
+from alarm.patterns import Pattern
 from alarm.settings import Strict
 
 

@@ -35,11 +35,11 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from alarm.classify.patterns import Pattern
 from alarm.collectors.registry.http import GarbageResponse, PollError, RegistryClient, RetryLater
 from alarm.collectors.registry.listing import ArtifactIndex
 from alarm.collectors.registry.settings import RegistryBase
 from alarm.events import Batch, Emit, Event, SourceHealth, WriteEvents
+from alarm.patterns import Pattern
 from alarm.sanitize import sanitize
 
 log = logging.getLogger(__name__)

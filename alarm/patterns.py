@@ -1,4 +1,5 @@
-"""Path-like patterns shared by the fs and registry classifiers.
+"""Path-like patterns: the fs and registry classifiers match with them, and the registry
+poller filters the packages it follows with the same syntax.
 
 A pattern names trees: it matches what it names and everything under it (``/srv/scratch``
 matches ``/srv/scratch/a/b``; ``/home/*/.cache`` every file in each user's cache).  In a glob
