@@ -193,13 +193,13 @@ class BudgetBank:
         self.age += seconds
         learning = self.age < LEARNING_SECONDS
         self.window_bits += bits
-        ticks = np.broadcast_to(np.round(self.age / seconds).astype(np.int64), self.window.shape)
-        offset = np.stack([ticks, ticks + self.window // 2])
-        done = (offset % self.window) == 0
-        held = np.where(done, self.window, offset % self.window)
-        held = np.where(held == 0, self.window, held)
+        # Each window's phase: ticks into it, the second set half a window on.
+        phase = np.round(self.age / seconds).astype(np.int64) % self.window
+        offset = np.stack([phase, (phase + self.window // 2) % self.window])
+        done = offset == 0
+        held = np.where(done, self.window, offset)
         mean = (self.window_bits / (held * seconds)).max(axis=0)
-        self.window_bits[done] = 0.0
+        np.putmask(self.window_bits, done, 0.0)
         grown = np.maximum(self.envelope * self._forget, mean)
         capped = np.maximum(self.envelope * self._rise, self.floor_allowance / ENVELOPE_MARGIN)
         self.envelope = np.where(learning, grown, np.minimum(grown, capped))

@@ -81,6 +81,7 @@ class RelativeBank:
         f64 = np.float64
         self.tick = tick
         self.enabled = np.array([r.enabled and x.enabled for r, x in zip(rules, rel, strict=True)])
+        self._any_enabled = bool(self.enabled.any())
         self.ratio = np.array([x.ratio for x in rel], dtype=f64)
         self.tolerance_scale = np.array([x.tolerance for x in rel], dtype=f64)
         self.min_allow = score(np.array([x.min_allowance_bits_per_second for x in rel]) * tick)
@@ -118,6 +119,11 @@ class RelativeBank:
 
     def update(self, bits: np.ndarray, start: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One tick that began at ``start``.  Returns (projected S/H, S/H, judged)."""
+        if not self._any_enabled:
+            # Off everywhere (the default): nothing to judge or learn; a tenth of a tick's
+            # cost at 100k surfaces is not spent on it.
+            zeros = np.zeros(bits.size)
+            return zeros, zeros, np.zeros(bits.size, dtype=bool)
         f32 = np.float32
         g = score(bits)
         s = int((start % DAY) // SLOT)
