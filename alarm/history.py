@@ -70,13 +70,16 @@ class History:
             (self.threshold, threshold),
             (self.budget_ratio, budget_ratio),
         )
-        if self.slot_of[pos] != k:
-            for ring, values in columns:
-                ring[pos] = values
-            self.slot_of[pos] = k
-        else:
-            for ring, values in columns:
-                np.fmax(ring[pos], values, out=ring[pos], casting="unsafe")
+        # float32 rings: a figure beyond its range (a threshold of 1e39 B/s) is shown as inf,
+        # which is what it means on a chart, without a warning per tick.
+        with np.errstate(over="ignore"):
+            if self.slot_of[pos] != k:
+                for ring, values in columns:
+                    ring[pos] = values
+                self.slot_of[pos] = k
+            else:
+                for ring, values in columns:
+                    np.fmax(ring[pos], values, out=ring[pos], casting="unsafe")
         self.last_slot = max(self.last_slot, k)
 
     def window(self, rows: Sequence[int]) -> HistoryWindow:

@@ -14,8 +14,14 @@ Mapping (documented in docs/nab.md):
 - the capacity budget is disabled by a huge allowance, the seasonal budget switched off: bits/s
   are meaningless for NAB's values.
 - a row's anomaly score is 0, except on the row whose tick an alert fires on: 1.0 in the
-  "binary" reading; 1 - threshold / value in the "graded" one, so that NAB's threshold sweep
-  can prefer strong firings over marginal ones.
+  "binary" reading; 1 - threshold / value in the "graded" one (the threshold of the
+  statistic that fired), so that NAB's threshold sweep can prefer strong firings over
+  marginal ones.
+- a third reading, "tail", scores every row: the same series through ``Detector`` in-process
+  (the detector the backtest runs, on the same ticks), each tick's ``spike_scores()`` — how far
+  it lies in the surface's calibrated tails, 1/2 at the threshold the rule fires at — so
+  that NAB's threshold sweep can pick its own operating point, as it does for every detector
+  on its scoreboard (they all emit a score per row).  The settings are still the defaults.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import numpy as np
 
 from alarm.backtest import run_backtest
 from alarm.config import Config, config_from_dict
+from alarm.detector.engine import Detector
 from bench.nab.scorer import Series, probation_rows
 
 SURFACE = "s"
@@ -50,49 +57,33 @@ NO_BUDGET = {
 
 @dataclass(frozen=True, slots=True)
 class SpikeSettings:
-    """The spike rule's knobs for NAB; one set for every series (no per-series tuning)."""
+    """The spike rule's settings for NAB: one set for every series (no per-series tuning).
+    The defaults are the detector's own defaults (alarm/config.py), chosen on the held-out
+    bench's fleets, never on NAB."""
 
-    z: float = 6.0
-    min_ratio: float = 3.0
-    history: float = 3600.0  # seconds
-    min_history: float = 3600.0
+    false_alarms_per_week: float = 0.1
+    min_peaks: int = 12
+    min_history: float = 86400.0
     resolve_hold: float = 30.0
     hysteresis: float = 0.8
     floor: float = 0.0  # as a fraction of the series' probation mean (see module doc)
-    max_ratio: float = 8.0  # the detector's default
-    seasonal_window: float = 900.0  # seconds either side of the slot; the detector's default
-    escalate_ratio: float = 0.0  # re-announce at this factor x the rate announced; 0 = off
-    weekday_dip: float = 4.0  # the rule's weekday_dip_max (1 = off); the detector's default
-    drop_ratio: float = 0.0  # the drop rule (rate below baseline / ratio); 0 = off
-    drop_hold: float = 3600.0
 
     def rule(self) -> dict[str, float]:
         return {
-            "z": self.z,
-            "min_ratio": self.min_ratio,
+            "false_alarms_per_week": self.false_alarms_per_week,
+            "min_peaks": self.min_peaks,
+            "min_history": self.min_history,
             "floor_bytes_per_second": self.floor * REFERENCE_RATE,
-            "history": self.history,
-            "min_history": min(self.min_history, self.history),
             "hold": 0.0,  # fire on the first breaching tick: NAB rewards early detection
             "resolve_hold": self.resolve_hold,
             "hysteresis": self.hysteresis,
-            "max_ratio": max(self.max_ratio, self.min_ratio),
-            "seasonal_window": self.seasonal_window,
-            "escalate_ratio": self.escalate_ratio,
-            "weekday_dip_max": self.weekday_dip,
-            "drop_ratio": self.drop_ratio,
-            "drop_hold": self.drop_hold,
         }
 
     def label(self) -> str:
         return (
-            f"z={self.z:g} min_ratio={self.min_ratio:g} history={self.history / 3600:g}h "
-            f"min_history={min(self.min_history, self.history) / 3600:g}h "
-            f"resolve_hold={self.resolve_hold / 60:g}m hysteresis={self.hysteresis:g} "
-            f"floor={self.floor:g}x probation mean max_ratio={self.max_ratio:g} "
-            f"seasonal_window={self.seasonal_window / 60:g}m weekday_dip={self.weekday_dip:g} "
-            f"escalate_ratio={self.escalate_ratio:g} drop_ratio={self.drop_ratio:g} "
-            f"drop_hold={self.drop_hold / 60:g}m, hold=0"
+            f"false_alarms_per_week={self.false_alarms_per_week:g} min_peaks={self.min_peaks} "
+            f"min_history={self.min_history / 3600:g}h resolve_hold={self.resolve_hold / 60:g}m "
+            f"hysteresis={self.hysteresis:g} floor={self.floor:g}x probation mean, hold=0"
         )
 
 
@@ -108,6 +99,7 @@ class SeriesRun:
     name: str
     binary: np.ndarray  # per-row anomaly score, 1.0 where a spike alert fires
     graded: np.ndarray  # per-row anomaly score, 1 - threshold/value where one fires
+    tail: np.ndarray  # per-row anomaly score, the detector's graded verdict (spike_scores)
     firings: int
     tick: float
     merged_rows: int  # rows that share a tick with an earlier row (their bytes add up)
@@ -183,6 +175,10 @@ def run_series(series: Series, settings: SpikeSettings) -> SeriesRun:
             continue  # a tick without a row cannot breach (its rate is 0); defensive
         firings += 1
         value, threshold = float(change["value"]), float(change["threshold"])
+        figures = change.get("figures", {})
+        statistic = figures.get("statistic")
+        if statistic:
+            threshold = float(figures.get(f"{statistic}_threshold_bytes_per_second") or threshold)
         binary[row] = 1.0
         if rule == "drop":  # fired below the threshold: graded by how far below
             graded[row] = max(graded[row], 1.0 - value / threshold if threshold > 0 else 1.0)
@@ -192,11 +188,43 @@ def run_series(series: Series, settings: SpikeSettings) -> SeriesRun:
         name=series.name,
         binary=binary,
         graded=graded,
+        tail=tail_scores(series, settings, enc, row_tick, ticks, first_row),
         firings=firings,
         tick=enc.tick,
         merged_rows=int(len(row_tick) - ticks.size),
         seconds=seconds,
     )
+
+
+def tail_scores(
+    series: Series,
+    settings: SpikeSettings,
+    enc: Encoding,
+    row_tick: np.ndarray,
+    ticks: np.ndarray,
+    first_row: np.ndarray,
+) -> np.ndarray:
+    """Every tick from the first row's to the last (gaps are quiet ticks, as in the
+    backtest) through the detector; each tick's score lands on its first row."""
+    _, nbytes = encode(series)
+    t0 = int(ticks[0])
+    span = int(ticks[-1]) - t0 + 1
+    per_tick = np.bincount(row_tick - t0, weights=nbytes, minlength=span)
+    events = np.bincount(row_tick - t0, minlength=span).astype(np.float64)
+    det = Detector(
+        make_config(settings, enc.tick), [("egress", SURFACE), ("egress", "unclassified")]
+    )
+    scores = np.zeros(span)
+    zero = np.zeros(1)
+    for k in range(span):
+        now = (t0 + k + 1) * enc.tick
+        b = np.concatenate([per_tick[k : k + 1], zero])
+        e = np.concatenate([events[k : k + 1], zero])
+        det.evaluate_arrays(now, enc.tick, b, e, lambda _row: [])
+        scores[k] = det.spike_scores()[0]
+    out = np.zeros(len(series.values))
+    out[first_row] = scores[ticks - t0]
+    return out
 
 
 def _run_one(args: tuple[Series, SpikeSettings]) -> SeriesRun:
@@ -214,5 +242,6 @@ def run_many(
         return {r.name: r for r in pool.map(_run_one, jobs)}
 
 
-def scores_of(runs: Mapping[str, SeriesRun], graded: bool) -> dict[str, np.ndarray]:
-    return {n: (r.graded if graded else r.binary) for n, r in runs.items()}
+def scores_of(runs: Mapping[str, SeriesRun], reading: str) -> dict[str, np.ndarray]:
+    """``reading``: binary, graded or tail (the module docstring)."""
+    return {n: getattr(r, reading) for n, r in runs.items()}
