@@ -201,26 +201,6 @@ class SpikeModel:
         self.size.learn(np.log(np.maximum(nbytes, 1.0)), written, hour, j.size_level)
         self.baseline.learn(np.where(calm, self.rates[-1], j.level.baseline), j.level, settled)
 
-    def tail_score(self, j: SpikeJudgement) -> np.ndarray:
-        """Per row, how far into its calibrated tails the tick lies: for each judged
-        statistic ``1 / (1 + nu(r) / nu_t)``, with ``nu(r)`` the rate of incidents that reach
-        the residual ``r`` (the tail's exponential beyond the threshold, scale ``sigma``) and
-        ``nu_t`` the target rate below the threshold (1/2 at it, towards 0 below), a slower
-        climb towards 1 above it.  The largest over the statistics; 0 where none judges.  A graded form of the
-        rule's verdict, for scorers that sweep a threshold (NAB)."""
-        out = np.zeros(j.breach.size)
-        sigma = self._per_statistic(self.tail.sigma)
-        for r, judged, z, scale in zip(j.residuals, j.judged, j.thresholds, sigma, strict=True):
-            ok = judged & np.isfinite(z) & (scale > 0)
-            x = np.where(ok, (r - z) / np.where(ok, scale, 1.0), 0.0)
-            # The logistic 1/(1 + e^-x) below the threshold; above it 1 - 1/(2 + x), which
-            # meets it at x = 0 with the same slope and, unlike it, does not round to 1.0 in
-            # a float, so strong spikes stay ordered by strength.
-            below = 0.5 * (1.0 + np.tanh(0.5 * np.minimum(x, 0.0)))
-            score = np.where(x > 0, 1.0 - 1.0 / (2.0 + np.maximum(x, 0.0)), below)
-            np.maximum(out, np.where(ok, score, 0.0), out=out)
-        return out
-
     def figures(self, row: int, j: SpikeJudgement | None) -> dict[str, float | bool | str]:
         """Per statistic: its threshold in bytes/s where it judges."""
         out: dict[str, float | bool | str] = {}

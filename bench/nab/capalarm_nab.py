@@ -17,11 +17,6 @@ Mapping (documented in docs/nab.md):
   "binary" reading; 1 - threshold / value in the "graded" one (the threshold of the
   statistic that fired), so that NAB's threshold sweep can prefer strong firings over
   marginal ones.
-- a third reading, "tail", scores every row: the same series through ``Detector`` in-process
-  (the detector the backtest runs, on the same ticks), each tick's ``spike_scores()`` — how far
-  it lies in the surface's calibrated tails, 1/2 at the threshold the rule fires at — so
-  that NAB's threshold sweep can pick its own operating point, as it does for every detector
-  on its scoreboard (they all emit a score per row).  The settings are still the defaults.
 """
 
 from __future__ import annotations
@@ -39,7 +34,6 @@ import numpy as np
 
 from alarm.backtest import run_backtest
 from alarm.config import Config, config_from_dict
-from alarm.detector.engine import Detector
 from bench.nab.scorer import Series, probation_rows
 
 SURFACE = "s"
@@ -99,7 +93,6 @@ class SeriesRun:
     name: str
     binary: np.ndarray  # per-row anomaly score, 1.0 where a spike alert fires
     graded: np.ndarray  # per-row anomaly score, 1 - threshold/value where one fires
-    tail: np.ndarray  # per-row anomaly score, the detector's graded verdict (spike_scores)
     firings: int
     tick: float
     merged_rows: int  # rows that share a tick with an earlier row (their bytes add up)
@@ -188,43 +181,11 @@ def run_series(series: Series, settings: SpikeSettings) -> SeriesRun:
         name=series.name,
         binary=binary,
         graded=graded,
-        tail=tail_scores(series, settings, enc, row_tick, ticks, first_row),
         firings=firings,
         tick=enc.tick,
         merged_rows=int(len(row_tick) - ticks.size),
         seconds=seconds,
     )
-
-
-def tail_scores(
-    series: Series,
-    settings: SpikeSettings,
-    enc: Encoding,
-    row_tick: np.ndarray,
-    ticks: np.ndarray,
-    first_row: np.ndarray,
-) -> np.ndarray:
-    """Every tick from the first row's to the last (gaps are quiet ticks, as in the
-    backtest) through the detector; each tick's score lands on its first row."""
-    _, nbytes = encode(series)
-    t0 = int(ticks[0])
-    span = int(ticks[-1]) - t0 + 1
-    per_tick = np.bincount(row_tick - t0, weights=nbytes, minlength=span)
-    events = np.bincount(row_tick - t0, minlength=span).astype(np.float64)
-    det = Detector(
-        make_config(settings, enc.tick), [("egress", SURFACE), ("egress", "unclassified")]
-    )
-    scores = np.zeros(span)
-    zero = np.zeros(1)
-    for k in range(span):
-        now = (t0 + k + 1) * enc.tick
-        b = np.concatenate([per_tick[k : k + 1], zero])
-        e = np.concatenate([events[k : k + 1], zero])
-        det.evaluate_arrays(now, enc.tick, b, e, lambda _row: [])
-        scores[k] = det.spike_scores()[0]
-    out = np.zeros(len(series.values))
-    out[first_row] = scores[ticks - t0]
-    return out
 
 
 def _run_one(args: tuple[Series, SpikeSettings]) -> SeriesRun:
@@ -243,5 +204,5 @@ def run_many(
 
 
 def scores_of(runs: Mapping[str, SeriesRun], reading: str) -> dict[str, np.ndarray]:
-    """``reading``: binary, graded or tail (the module docstring)."""
+    """``reading``: binary or graded (the module docstring)."""
     return {n: getattr(r, reading) for n, r in runs.items()}
