@@ -150,9 +150,18 @@ async def test_prometheus_scrapes_exact_bytes_and_promtool_is_clean(tmp_path):
                             expr = expr.replace(var, value)
                         body = await asyncio.to_thread(query, expr, True)
                         assert body["status"] == "success", (panel["title"], expr, body)
-                        # A plain per-surface series must have our surface's data.
+                        # A plain per-surface series must have our surface's data (waited for:
+                        # a scrape that timed out marks every series stale until the next).
                         if expr.startswith("capalarm_surface_") and "surface=" in expr:
-                            assert body["data"]["result"], (panel["title"], expr)
+
+                            async def has_data(expr: str = expr) -> bool:
+                                body = await asyncio.to_thread(query, expr, True)
+                                return bool(body["data"]["result"])
+
+                            try:
+                                await wait_for(has_data, timeout=20, interval=0.5)
+                            except AssertionError:
+                                raise AssertionError((panel["title"], expr)) from None
         finally:
             prom.terminate()
             prom.wait(10)

@@ -61,11 +61,12 @@ def test_the_service_saves_profiles_on_a_cadence_and_restores_every_array(tmp_pa
     rng = np.random.default_rng(1)
     t0 = 1_780_000_000.0
     n = det.members  # the three surfaces and egress/unclassified
-    for i in range(40):
+    # The profiles learn after the spike rule's warm-up hour (360 ticks): 40 ticks after it.
+    for i in range(400):
         det.evaluate_arrays(t0 + 10 * i, 10.0, rng.integers(0, 5000, n) * 1.0, np.ones(n), never)
     service._save_state(final=False)
     slow_saved = service.store.db.execute("SELECT saved FROM kv WHERE key='arrays:slow'").fetchone()
-    det.evaluate_arrays(t0 + 400, 10.0, np.full(n, 9e7), np.ones(n), never)
+    det.evaluate_arrays(t0 + 4000, 10.0, np.full(n, 9e7), np.ones(n), never)
     service._save_state(final=False)  # within a tick of the last: the fast group only
     assert (
         service.store.db.execute("SELECT saved FROM kv WHERE key='arrays:slow'").fetchone()
