@@ -105,13 +105,26 @@ _EVENT_LINE = re.compile(
 )
 
 
+# What a write event may say: unix seconds from 1970 to the year 5138 (a tick's arithmetic
+# stays exact there, and a hostile 1e30 would otherwise stall the simulated clock), and counts
+# that fit the int64 columns.
+MAX_TS = 1e11
+MAX_COUNT = 2**62
+
+
+def _plausible(row: tuple[float, str | None, str, str, int, int]) -> bool:
+    ts, _, _, _, nbytes, events = row
+    return 0.0 <= ts < MAX_TS and 0 <= nbytes <= MAX_COUNT and 0 <= events <= MAX_COUNT
+
+
 def _unescape(text: str) -> str:
     return json.loads(f'"{text}"') if "\\" in text else text
 
 
 def parse_events(data: bytes) -> Chunk:
     """Write events ``{"ts", "surface", "bytes"[, "events", "kind", "contributor"]}`` of one
-    chunk of complete lines into columns."""
+    chunk of complete lines into columns; a line that is not one, or names an implausible
+    time or count, is a parse error."""
     text = data.decode("utf-8", "replace")
     lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
     matches = _EVENT_LINE.findall(text)
@@ -130,6 +143,9 @@ def parse_events(data: bytes) -> Chunk:
     errors = 0
     if len(matches) + blank != lines:
         rows, errors = _parse_events_slowly(text)
+    valid = [row for row in rows if _plausible(row)]
+    errors += len(rows) - len(valid)
+    rows = valid
     chunk = Chunk(lines=lines, parse_errors=errors, records=len(rows))
     index: dict[tuple[str | None, str, str], int] = {}
     subject = np.empty(len(rows), dtype=np.int64)
@@ -163,9 +179,7 @@ def _parse_events_slowly(
             events = int(obj.get("events", 1))
             kind = obj.get("kind")
             contributor = obj.get("contributor")
-            if nbytes < 0 or events < 0 or not math.isfinite(ts):
-                raise ValueError("negative, infinite or NaN")
-        except (ValueError, TypeError, KeyError, AttributeError):
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
             errors += 1
             continue
         rows.append(

@@ -94,6 +94,24 @@ def test_kmsg_dump_budget_and_forged(tmp_path):
     assert {c["contributor"].split(":")[0] for c in budget[0]["contributors"]} <= {"127.0.0.1", ""}
 
 
+def test_implausible_times_and_counts_are_parse_errors_not_a_crash_or_a_hang(tmp_path):
+    events = tmp_path / "events.jsonl"
+    write_events(events, spike_at=1800, spike_for=60)
+    with open(events, "a") as fh:
+        fh.write('{"ts": 1e30, "surface": "proxy", "bytes": 5}\n')  # would stall the clock
+        fh.write('{"ts": 1780000000, "surface": "proxy", "bytes": 99999999999999999999999}\n')
+        fh.write('{"ts": 1780000000, "surface": "proxy", "bytes": 1e400}\n')  # inf
+        fh.write('{"ts": -1, "surface": "proxy", "bytes": 5, "kind": "egress"}\n')
+    out = io.StringIO()
+    summary = run_backtest(spike_config(), [str(events)], out, workers=1)
+    assert summary.parse_errors == 2 + 4
+    assert summary.records == 1800
+    assert [json.loads(line)["state"] for line in out.getvalue().splitlines()] == [
+        "firing",
+        "resolved",
+    ]
+
+
 def test_cli_backtest_writes_json_lines(tmp_path):
     events = tmp_path / "events.jsonl"
     write_events(events, spike_at=1800, spike_for=60)
