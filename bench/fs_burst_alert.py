@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import logging
-import os
 import shutil
 import statistics
 import subprocess
@@ -42,13 +40,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 # After site-packages: an installed capalarm is what runs.
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from alarm.config import config_from_dict
 from alarm.service import Service
+from bench.spike_receiver import SpikeReceiver
 
 SURFACE = "scratch"
 
@@ -92,129 +90,106 @@ for i in range(files):
 
 
 async def run(args: argparse.Namespace) -> dict[str, list[float]]:
-    received: list[float] = []
-
-    async def hook(request: web.Request) -> web.Response:
-        body = await request.json()
-        data = body.get("data", {})
-        if body["type"] == "alert.firing" and data.get("rule") == "spike":
-            received.append(time.time())
-        return web.Response(status=204)
-
-    app = web.Application()
-    app.add_routes([web.post("/hook", hook)])
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    detected: list[float] = []
-    out: dict[str, list[float]] = {"inotifywait": [], "metrics": [], "detector": [], "hook": []}
-    with tempfile.TemporaryDirectory(prefix="capalarm-fs-burst-") as tmp:
-        tree = Path(tmp, "tree")
-        tree.mkdir()
-        secret = Path(tmp, "secret")
-        secret.write_text("whsec_" + base64.b64encode(os.urandom(32)).decode())
-        burst_bps = args.files * args.size / args.tick
-        cfg = config_from_dict(
-            {
-                "tick": args.tick,
-                "state_dir": f"{tmp}/state",
-                "http": {"listen": "127.0.0.1:0"},
-                "sources": [
-                    {"name": "watch", "type": "fs", "paths": [str(tree)], "settle": args.settle}
-                ],
-                "surfaces": [
-                    {
-                        "name": SURFACE,
-                        "kind": "fs",
-                        "match": {"path": [str(tree)]},
-                        # Always a spike above a tenth of the burst's rate over one tick.
-                        "spike": {
-                            "absolute_bytes_per_second": burst_bps / 10,
-                            "resolve_hold": "1s",
-                        },
-                        "budget": {"allowance_bits_per_second": 1e12, "tolerance_bits": 1e15},
-                    }
-                ],
-                "notifications": {
-                    "destinations": [
+    async with SpikeReceiver() as hook:
+        received = hook.received
+        detected: list[float] = []
+        out: dict[str, list[float]] = {"inotifywait": [], "metrics": [], "detector": [], "hook": []}
+        with tempfile.TemporaryDirectory(prefix="capalarm-fs-burst-") as tmp:
+            tree = Path(tmp, "tree")
+            tree.mkdir()
+            burst_bps = args.files * args.size / args.tick
+            cfg = config_from_dict(
+                {
+                    "tick": args.tick,
+                    "state_dir": f"{tmp}/state",
+                    "http": {"listen": "127.0.0.1:0"},
+                    "sources": [
+                        {"name": "watch", "type": "fs", "paths": [str(tree)], "settle": args.settle}
+                    ],
+                    "surfaces": [
                         {
-                            "type": "webhook",
-                            "name": "pager",
-                            "url": f"http://127.0.0.1:{port}/hook",
-                            "secrets": [{"file": str(secret)}],
+                            "name": SURFACE,
+                            "kind": "fs",
+                            "match": {"path": [str(tree)]},
+                            # Always a spike above a tenth of the burst's rate over one tick.
+                            "spike": {
+                                "absolute_bytes_per_second": burst_bps / 10,
+                                "resolve_hold": "1s",
+                            },
+                            "budget": {"allowance_bits_per_second": 1e12, "tolerance_bits": 1e15},
                         }
                     ],
-                    # Each one is an incident: no flap damping, and a
-                    # resolve is not held back to merge the next firing into it.
-                    "flap": {"enabled": False, "reopen_window": 0},
-                },
-            }
-        )
+                    "notifications": hook.notifications(tmp),
+                }
+            )
 
-        def on_change(change: Any) -> None:
-            if change.rule == "spike" and change.state == "firing":
-                detected.append(time.time())
+            def on_change(change: Any) -> None:
+                if change.rule == "spike" and change.state == "firing":
+                    detected.append(time.time())
 
-        watcher = InotifyWait(tree)
-        service = Service(cfg, on_change=on_change)
-        task = asyncio.create_task(service.run())
-        try:
-            await asyncio.wait_for(service.started.wait(), 10)
-            collector: Any = dict(service.collectors)["watch"]
-            await asyncio.wait_for(collector.ready.wait(), 30)
-            await asyncio.sleep(2.0)  # inotifywait has set its watches
-            mode = collector.health.mode
-            metrics_url = f"http://127.0.0.1:{service.http_port}/metrics"
-            async with aiohttp.ClientSession() as session:
-                for b in range(args.bursts):
-                    # In the tree's root, which inotifywait watches already (files in a new
-                    # directory it may miss: it adds the watch after the directory's event).
-                    prefix = str(tree / f"b{b}-")
-                    first = f"{prefix}00000"
-                    n_recv, n_det = len(received), len(detected)
-                    writer = await asyncio.create_subprocess_exec(
-                        sys.executable, "-c", WRITER, prefix, str(args.files), str(args.size),
-                        stdout=asyncio.subprocess.PIPE,
-                    )  # fmt: skip
-                    assert writer.stdout is not None
-                    t0 = float(await writer.stdout.readline())
-                    seen_rate = None
-                    deadline = t0 + 20
-                    while time.time() < deadline and (seen_rate is None or len(received) == n_recv):
-                        if seen_rate is None:
-                            async with session.get(metrics_url) as resp:
-                                text = await resp.text()
-                            if _rate(text) > 0:
-                                seen_rate = time.time()
-                        await asyncio.sleep(0.02)
-                    await writer.wait()
-                    if seen_rate is None or len(received) == n_recv or first not in watcher.first:
+            watcher = InotifyWait(tree)
+            service = Service(cfg, on_change=on_change)
+            task = asyncio.create_task(service.run())
+            try:
+                await asyncio.wait_for(service.started.wait(), 10)
+                collector: Any = dict(service.collectors)["watch"]
+                await asyncio.wait_for(collector.ready.wait(), 30)
+                await asyncio.sleep(2.0)  # inotifywait has set its watches
+                mode = collector.health.mode
+                metrics_url = f"http://127.0.0.1:{service.http_port}/metrics"
+                async with aiohttp.ClientSession() as session:
+                    for b in range(args.bursts):
+                        # In the tree's root, which inotifywait watches already (files in a new
+                        # directory it may miss: it adds the watch after the directory's event).
+                        prefix = str(tree / f"b{b}-")
+                        first = f"{prefix}00000"
+                        n_recv, n_det = len(received), len(detected)
+                        writer = await asyncio.create_subprocess_exec(
+                            sys.executable, "-c", WRITER, prefix, str(args.files), str(args.size),
+                            stdout=asyncio.subprocess.PIPE,
+                        )  # fmt: skip
+                        assert writer.stdout is not None
+                        t0 = float(await writer.stdout.readline())
+                        seen_rate = None
+                        deadline = t0 + 20
+                        while time.time() < deadline and (
+                            seen_rate is None or len(received) == n_recv
+                        ):
+                            if seen_rate is None:
+                                async with session.get(metrics_url) as resp:
+                                    text = await resp.text()
+                                if _rate(text) > 0:
+                                    seen_rate = time.time()
+                            await asyncio.sleep(0.02)
+                        await writer.wait()
+                        if (
+                            seen_rate is None
+                            or len(received) == n_recv
+                            or first not in watcher.first
+                        ):
+                            print(
+                                f"burst {b + 1}: not seen within 20 s (rate "
+                                f"{'seen' if seen_rate else 'not seen'}, detector fired "
+                                f"{len(detected) - n_det}, webhooks {len(received) - n_recv})",
+                                file=sys.stderr,
+                            )
+                            continue
+                        out["inotifywait"].append(watcher.first[first] - t0)
+                        out["metrics"].append(seen_rate - t0)
+                        out["detector"].append(detected[n_det] - t0)
+                        out["hook"].append(received[n_recv] - t0)
                         print(
-                            f"burst {b + 1}: not seen within 20 s (rate "
-                            f"{'seen' if seen_rate else 'not seen'}, detector fired "
-                            f"{len(detected) - n_det}, webhooks {len(received) - n_recv})",
-                            file=sys.stderr,
+                            f"burst {b + 1}: inotifywait {out['inotifywait'][-1]:.3f}s, "
+                            f"/metrics rate {out['metrics'][-1]:.3f}s, detector "
+                            f"{out['detector'][-1]:.3f}s, webhook {out['hook'][-1]:.3f}s"
                         )
-                        continue
-                    out["inotifywait"].append(watcher.first[first] - t0)
-                    out["metrics"].append(seen_rate - t0)
-                    out["detector"].append(detected[n_det] - t0)
-                    out["hook"].append(received[n_recv] - t0)
-                    print(
-                        f"burst {b + 1}: inotifywait {out['inotifywait'][-1]:.3f}s, "
-                        f"/metrics rate {out['metrics'][-1]:.3f}s, detector "
-                        f"{out['detector'][-1]:.3f}s, webhook {out['hook'][-1]:.3f}s"
-                    )
-                    # Not a multiple of the tick: each burst starts at another phase of it.
-                    await asyncio.sleep(max(0.0, t0 + args.gap - time.time()))
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            watcher.close()
-    await runner.cleanup()
+                        # Not a multiple of the tick: each burst starts at another phase of it.
+                        await asyncio.sleep(max(0.0, t0 + args.gap - time.time()))
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                watcher.close()
     print(f"(fs source mode: {mode})")
     return out
 

@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import importlib.util
 import logging
-import os
 import random
 import statistics
 import sys
@@ -39,13 +37,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
 # After site-packages: an installed capalarm is what runs.
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from alarm.config import config_from_dict
 from alarm.service import Service
+from bench.spike_receiver import SpikeReceiver
 from tests.registries.clients import make_wheel, twine_upload
 from tests.registries.servers import pypiserver
 
@@ -53,127 +50,105 @@ SOURCE = "internal-pypi"
 
 
 async def run(args: argparse.Namespace) -> dict[str, list[float]]:
-    received: list[float] = []
-
-    async def hook(request: web.Request) -> web.Response:
-        body = await request.json()
-        if body["type"] == "alert.firing" and body.get("data", {}).get("rule") == "spike":
-            received.append(time.time())
-        return web.Response(status=204)
-
-    app = web.Application()
-    app.add_routes([web.post("/hook", hook)])
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    detected: list[float] = []
-    out: dict[str, list[float]] = {"detector": [], "hook": [], "twine": [], "lag": [], "poll": []}
-    rng = random.Random(args.seed)
-    with tempfile.TemporaryDirectory(prefix="capalarm-upload-") as tmp:
-        secret = Path(tmp, "secret")
-        secret.write_text("whsec_" + base64.b64encode(os.urandom(32)).decode())
-        (Path(tmp) / "pypi").mkdir()
-        (Path(tmp) / "wheels").mkdir()
-        with pypiserver(Path(tmp) / "pypi") as server:
-            cfg = config_from_dict(
-                {
-                    "tick": args.tick,
-                    "state_dir": f"{tmp}/state",
-                    "http": {"listen": "127.0.0.1:0"},
-                    "sources": [
-                        {
-                            "name": SOURCE,
-                            "type": "registry",
-                            "api": "pypi",
-                            "url": server.url,
-                            "interval": args.interval,
-                        }
-                    ],
-                    "surfaces": [
-                        {
-                            "name": SOURCE,
-                            "kind": "registry",
-                            "match": {"source": [SOURCE]},
-                            # One upload of --size in one tick is above this: always a spike.
-                            "spike": {
-                                "absolute_bytes_per_second": args.size / args.tick / 10,
-                                "resolve_hold": "1s",
-                            },
-                            "budget": {
-                                "allowance_bits_per_second": 1e12,
-                                "tolerance_bits": 1e15,
-                            },
-                        }
-                    ],
-                    "notifications": {
-                        "destinations": [
+    async with SpikeReceiver() as hook:
+        received = hook.received
+        detected: list[float] = []
+        out: dict[str, list[float]] = {
+            "detector": [],
+            "hook": [],
+            "twine": [],
+            "lag": [],
+            "poll": [],
+        }
+        rng = random.Random(args.seed)
+        with tempfile.TemporaryDirectory(prefix="capalarm-upload-") as tmp:
+            (Path(tmp) / "pypi").mkdir()
+            (Path(tmp) / "wheels").mkdir()
+            with pypiserver(Path(tmp) / "pypi") as server:
+                cfg = config_from_dict(
+                    {
+                        "tick": args.tick,
+                        "state_dir": f"{tmp}/state",
+                        "http": {"listen": "127.0.0.1:0"},
+                        "sources": [
                             {
-                                "type": "webhook",
-                                "name": "pager",
-                                "url": f"http://127.0.0.1:{port}/hook",
-                                "secrets": [{"file": str(secret)}],
+                                "name": SOURCE,
+                                "type": "registry",
+                                "api": "pypi",
+                                "url": server.url,
+                                "interval": args.interval,
                             }
                         ],
-                        # Each one is an incident: no flap damping, and a
-                        # resolve is not held back to merge the next firing into it.
-                        "flap": {"enabled": False, "reopen_window": 0},
-                    },
-                }
-            )
+                        "surfaces": [
+                            {
+                                "name": SOURCE,
+                                "kind": "registry",
+                                "match": {"source": [SOURCE]},
+                                # One upload of --size in one tick is above this: always a spike.
+                                "spike": {
+                                    "absolute_bytes_per_second": args.size / args.tick / 10,
+                                    "resolve_hold": "1s",
+                                },
+                                "budget": {
+                                    "allowance_bits_per_second": 1e12,
+                                    "tolerance_bits": 1e15,
+                                },
+                            }
+                        ],
+                        "notifications": hook.notifications(tmp),
+                    }
+                )
 
-            def on_change(change: Any) -> None:
-                if change.rule == "spike" and change.state == "firing":
-                    detected.append(time.time())
+                def on_change(change: Any) -> None:
+                    if change.rule == "spike" and change.state == "firing":
+                        detected.append(time.time())
 
-            service = Service(cfg, on_change=on_change)
-            task = asyncio.create_task(service.run())
-            try:
-                await asyncio.wait_for(service.started.wait(), 10)
-                poller: Any = dict(service.collectors)[SOURCE]
-                while not poller.health.last_success_at:
-                    await asyncio.sleep(0.05)
+                service = Service(cfg, on_change=on_change)
+                task = asyncio.create_task(service.run())
+                try:
+                    await asyncio.wait_for(service.started.wait(), 10)
+                    poller: Any = dict(service.collectors)[SOURCE]
+                    while not poller.health.last_success_at:
+                        await asyncio.sleep(0.05)
 
-                async def each_poll() -> None:
-                    """Lag and duration of every poll (sampled as each one completes)."""
-                    seen = 0.0
-                    while True:
-                        h = poller.health
-                        if h.last_success_at != seen:
-                            seen = h.last_success_at
-                            out["lag"].append(poller.lag)
-                            out["poll"].append(h.read_seconds)
-                        await asyncio.sleep(0.01)
+                    async def each_poll() -> None:
+                        """Lag and duration of every poll (sampled as each one completes)."""
+                        seen = 0.0
+                        while True:
+                            h = poller.health
+                            if h.last_success_at != seen:
+                                seen = h.last_success_at
+                                out["lag"].append(poller.lag)
+                                out["poll"].append(h.read_seconds)
+                            await asyncio.sleep(0.01)
 
-                sampler = asyncio.create_task(each_poll())
-                for u in range(args.uploads):
-                    # A random phase of the poll schedule, and time for the last alert to
-                    # resolve.
-                    await asyncio.sleep(2.0 + rng.uniform(0, args.interval))
-                    wheel = make_wheel(Path(tmp) / "wheels", f"spike{u}", "1.0", args.size)
-                    n_recv, n_det = len(received), len(detected)
-                    began = time.time()
-                    await asyncio.to_thread(twine_upload, server, wheel)
-                    t0 = time.time()
-                    while len(received) == n_recv and time.time() < t0 + 3 * args.interval + 10:
-                        await asyncio.sleep(0.01)
-                    if len(received) == n_recv:
-                        print(f"upload {u + 1}: no alert", file=sys.stderr)
-                        continue
-                    out["twine"].append(t0 - began)
-                    out["detector"].append(detected[n_det] - t0)
-                    out["hook"].append(received[n_recv] - t0)
-                    print(
-                        f"upload {u + 1}: twine {t0 - began:.3f}s, then detector "
-                        f"{out['detector'][-1]:.3f}s, webhook {out['hook'][-1]:.3f}s"
-                    )
-                sampler.cancel()
-            finally:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-    await runner.cleanup()
+                    sampler = asyncio.create_task(each_poll())
+                    for u in range(args.uploads):
+                        # A random phase of the poll schedule, and time for the last alert to
+                        # resolve.
+                        await asyncio.sleep(2.0 + rng.uniform(0, args.interval))
+                        wheel = make_wheel(Path(tmp) / "wheels", f"spike{u}", "1.0", args.size)
+                        n_recv, n_det = len(received), len(detected)
+                        began = time.time()
+                        await asyncio.to_thread(twine_upload, server, wheel)
+                        t0 = time.time()
+                        while len(received) == n_recv and time.time() < t0 + 3 * args.interval + 10:
+                            await asyncio.sleep(0.01)
+                        if len(received) == n_recv:
+                            print(f"upload {u + 1}: no alert", file=sys.stderr)
+                            continue
+                        out["twine"].append(t0 - began)
+                        out["detector"].append(detected[n_det] - t0)
+                        out["hook"].append(received[n_recv] - t0)
+                        print(
+                            f"upload {u + 1}: twine {t0 - began:.3f}s, then detector "
+                            f"{out['detector'][-1]:.3f}s, webhook {out['hook'][-1]:.3f}s"
+                        )
+                    sampler.cancel()
+                finally:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
     return out
 
 
