@@ -88,3 +88,42 @@ def test_a_gap_of_unknown_size_is_a_records_lost_alarm_that_says_so():
     (change,) = d.evaluate_sources(10, 10, judge(unknown=1))
     assert (change.rule, change.state) == ("records_lost", "firing")
     assert "unknown number" in change.summary and change.figures["gap_unknown"] is True
+
+
+def test_a_rows_derived_budget_does_not_depend_on_the_phase_of_the_other_rows():
+    # Rows declared together share their windows' phase and take the bank's fast path; one
+    # row restored from an older state puts the bank on the per-row path.  The rows in common
+    # must see the same budgets either way, through learning, the end of learning, and a
+    # budget found misconfigured.
+    import numpy as np
+
+    from alarm.detector.budget import LEARNING_SECONDS, BudgetBank
+
+    rule = BudgetRule(
+        allowance_bits_per_second=2000.0,
+        tolerance_bits=1e5,
+        horizon="1m",
+        horizons=[
+            {"horizon": "1h", "allowance_bits_per_second": 800.0, "tolerance_bits": 1e6},
+            {"horizon": "1d", "allowance_bits_per_second": 100.0, "tolerance_bits": 1e7},
+        ],
+    )
+    n = 40
+    derived = [i % 4 != 0 for i in range(n)]
+    together = BudgetBank([rule] * n, 60.0, derived, [rule] * n)
+    mixed = BudgetBank([rule] * (n + 1), 60.0, [*derived, True], [rule] * (n + 1))
+    mixed.age[n] = 7 * 3600.0  # the restored row
+    rng = np.random.default_rng(11)
+    ticks = int(LEARNING_SECONDS / 60) + 600
+    for t in range(ticks):
+        bits = rng.lognormal(10, 1.5, n + 1) * (rng.random(n + 1) < 0.4)
+        if t == ticks - 300:
+            together.mark_misconfigured(np.array([0, 4]))
+            mixed.mark_misconfigured(np.array([0, 4]))
+        a = together.update(bits[:n], 60.0, t * 60.0)
+        b = mixed.update(bits, 60.0, t * 60.0)
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_allclose(x, y[:n], rtol=1e-12)
+    np.testing.assert_allclose(together.tolerance, mixed.tolerance[:, :n], rtol=1e-12)
+    np.testing.assert_allclose(together.envelope, mixed.envelope[:, :n], rtol=1e-12)
+    assert not together.misconfigured[1] and together.misconfigured[4]

@@ -35,6 +35,7 @@ open forever.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -162,6 +163,10 @@ class BudgetBank:
         # The sum over the envelope's allowance, for every row: a declared budget may turn
         # out to be misconfigured, and then it follows what the surface carries too.
         self.follow_excess = np.zeros((width, n))
+        # One window per horizon for every row (padding included): see _window_means.
+        uniform = (self.window == self.window[:, :1]).all() if n else False
+        self._uniform_window = self.window[:, 0].copy() if uniform else None
+        self._modes_cache: tuple[tuple, _Modes] | None = None
 
     def nbytes(self) -> int:
         fixed = (self.allowance, self.tolerance, self.declared_allowance, self.window)
@@ -191,43 +196,108 @@ class BudgetBank:
         of the rows that follow what they carry (derived once known, misconfigured).  Returns
         the sum over the envelope as it was before this tick."""
         self.age += seconds
-        learning = self.age < LEARNING_SECONDS
         self.window_bits += bits
-        # Each window's phase: ticks into it, the second set half a window on.
-        phase = np.round(self.age / seconds).astype(np.int64) % self.window
+        mean = self._window_means(seconds)
+        modes = self._modes(self.age < LEARNING_SECONDS, seconds)
+        # The envelope: the largest window mean, forgetting; once known, rising at most
+        # max_learn_up a day (modes.rise_floor is +inf while a row is new: it follows freely).
+        grown = self.envelope * self._forget
+        np.maximum(grown, mean, out=grown)
+        capped = self.envelope * self._rise
+        np.maximum(capped, modes.rise_floor, out=capped)
+        np.minimum(grown, capped, out=grown)
+        self.envelope = grown
+        k = ENVELOPE_MARGIN * self.envelope
+        np.maximum(k, modes.k_floor, out=k)
+        before = self.follow_excess
+        follow_excess = before + bits
+        follow_excess -= k * seconds
+        np.maximum(follow_excess, 0.0, out=follow_excess)
+        self.follow_excess = follow_excess
+        # Rows that follow: k, and MARGIN_WINDOWS windows at k.  While new: the declared budget
+        # raised to k, its tolerance never below the margin at that; declared rows: declared.
+        allowance = np.maximum(modes.allowance_floor, k)
+        tolerance = allowance * modes.margin_seconds
+        np.maximum(tolerance, modes.tolerance_floor, out=tolerance)
+        if modes.declared is not None:
+            np.copyto(allowance, self.declared_allowance, where=modes.declared)
+            np.copyto(tolerance, self.declared_tolerance, where=modes.declared)
+        self.allowance = allowance
+        self.tolerance = tolerance
+        self._inv_tolerance = 1.0 / tolerance
+        self._following = modes.following
+        return before
+
+    def _window_means(self, seconds: float) -> np.ndarray:
+        """The mean capacity (bits/s) of each horizon's current windows, the larger of the two
+        sets; windows that end with this tick start again."""
+        ticks = np.round(self.age / seconds).astype(np.int64)
+        if self._uniform_window is not None and ticks.min() == ticks.max():
+            # Every row at the same phase (the usual case: surfaces declared together, one
+            # window per horizon): the phase is a number per horizon, not an array.
+            return self._uniform_means(int(ticks[0]) if ticks.size else 0, seconds)
+        phase = ticks % self.window
         offset = np.stack([phase, (phase + self.window // 2) % self.window])
         done = offset == 0
         held = np.where(done, self.window, offset)
         mean = (self.window_bits / (held * seconds)).max(axis=0)
         np.putmask(self.window_bits, done, 0.0)
-        grown = np.maximum(self.envelope * self._forget, mean)
-        capped = np.maximum(self.envelope * self._rise, self.floor_allowance / ENVELOPE_MARGIN)
-        self.envelope = np.where(learning, grown, np.minimum(grown, capped))
-        k = np.maximum(self.floor_allowance, ENVELOPE_MARGIN * self.envelope)
-        k = np.where(self.misconfigured, np.maximum(k, self.declared_allowance), k)
-        k = np.where(np.isfinite(self.declared_allowance), k, np.inf)  # padding stays so
-        before = self.follow_excess
-        self.follow_excess = np.maximum(before + bits - k * seconds, 0.0)
-        h = np.maximum(self.floor_tolerance, MARGIN_WINDOWS * k * self.window * seconds)
-        h = np.where(self.misconfigured, np.maximum(h, self.declared_tolerance), h)
-        follows = self.derived | self.misconfigured
-        self._following = follows & self.fitted & ~learning
-        # While new: the declared (the kind's default) budget, its allowance raised to what the
-        # surface carries (a busy surface is not a leak); after: no burst horizon.
-        raised = np.maximum(self.declared_allowance, k)
-        raised = np.where(self.derived & ~self.fitted & ~learning, np.inf, raised)
-        self.allowance = np.where(
-            self._following, k, np.where(follows, raised, self.declared_allowance)
+        return mean
+
+    def _uniform_means(self, ticks: int, seconds: float) -> np.ndarray:
+        window = self._uniform_window
+        phase = ticks % window
+        offset = np.stack([phase, (phase + window // 2) % window])
+        held = np.where(offset == 0, window, offset)
+        mean = self.window_bits[0] / (held[0] * seconds)[:, None]
+        np.maximum(mean, self.window_bits[1] / (held[1] * seconds)[:, None], out=mean)
+        for which, horizon in zip(*np.nonzero(offset == 0), strict=True):
+            self.window_bits[which, horizon] = 0.0
+        return mean
+
+    def _modes(self, learning: np.ndarray, seconds: float) -> _Modes:
+        """What each (horizon, row) follows this tick.  It changes only when a row stops
+        learning or is found misconfigured, so it is rebuilt only then."""
+        key = (np.packbits(learning).tobytes(), np.packbits(self.misconfigured).tobytes(), seconds)
+        if self._modes_cache is None or self._modes_cache[0] != key:
+            self._modes_cache = (key, self._build_modes(learning, seconds))
+        return self._modes_cache[1]
+
+    def _build_modes(self, learning: np.ndarray, seconds: float) -> _Modes:
+        misconfigured = self.misconfigured
+        follows = self.derived | misconfigured
+        following = follows & self.fitted & ~learning
+        padding = ~np.isfinite(self.declared_allowance)
+        k_floor = np.where(
+            misconfigured,
+            np.maximum(self.floor_allowance, self.declared_allowance),
+            self.floor_allowance,
         )
-        # While new, the declared tolerance likewise never below the surface's own margin.
-        tol_unknown = np.maximum(
-            self.declared_tolerance, MARGIN_WINDOWS * raised * self.window * seconds
+        k_floor[padding] = np.inf
+        rise_floor = np.where(learning, np.inf, self.floor_allowance / ENVELOPE_MARGIN)
+        off = self.derived & ~self.fitted & ~learning  # a derived budget's burst horizon
+        allowance_floor = np.where(
+            following, -np.inf, np.where(off, np.inf, self.declared_allowance)
         )
-        self.tolerance = np.where(
-            self._following, h, np.where(follows, tol_unknown, self.declared_tolerance)
+        tolerance_floor = np.where(
+            following,
+            np.where(
+                misconfigured,
+                np.maximum(self.floor_tolerance, self.declared_tolerance),
+                self.floor_tolerance,
+            ),
+            self.declared_tolerance,
         )
-        self._inv_tolerance = 1.0 / self.tolerance
-        return before
+        declared = ~follows & ~padding
+        return _Modes(
+            following=following,
+            k_floor=k_floor,
+            rise_floor=rise_floor,
+            allowance_floor=allowance_floor,
+            tolerance_floor=tolerance_floor,
+            margin_seconds=MARGIN_WINDOWS * self.window * seconds,
+            declared=declared if declared.any() else None,
+        )
 
     def mark_misconfigured(self, rows: np.ndarray) -> None:
         """Declared budgets that fired on ordinary traffic for too long: judge from now on what
@@ -242,6 +312,19 @@ class BudgetBank:
     def binding(self, row: int) -> int:
         """The horizon closest to (or furthest past) its tolerance."""
         return int(np.argmax(self.excess[:, row] / self.tolerance[:, row]))
+
+
+@dataclass(slots=True, frozen=True)
+class _Modes:
+    """Per (horizon, row), what its budget follows; fixed while no row changes mode."""
+
+    following: np.ndarray  # bool: judged by the sum over the envelope
+    k_floor: np.ndarray  # the least a followed allowance is (+inf on padding)
+    rise_floor: np.ndarray  # the envelope's rise cap never below this (+inf while new)
+    allowance_floor: np.ndarray  # -inf where following, +inf where off, else declared
+    tolerance_floor: np.ndarray
+    margin_seconds: np.ndarray  # a tolerance is this many seconds at its allowance
+    declared: np.ndarray | None  # bool: rows judged by their declared budget, if any
 
 
 def look_ahead(after: np.ndarray, step: np.ndarray, last_step: np.ndarray) -> np.ndarray:

@@ -58,12 +58,14 @@ class SpikeJudgement:
 
     breach: np.ndarray  # bool: a spike this tick
     clear: np.ndarray  # bool: every statistic below its threshold less the hysteresis
-    residuals: list[np.ndarray]  # per statistic
-    judged: list[np.ndarray]  # per statistic: had the statistic this tick
-    thresholds: list[np.ndarray]  # per statistic (residual space; +inf: not judged)
-    which: np.ndarray  # int: the statistic that breached most (index into STATISTICS)
+    # (statistic, row), the statistics in STATISTICS order:
+    residuals: np.ndarray
+    judged: np.ndarray  # had the statistic this tick
+    thresholds: np.ndarray  # residual space; +inf: not judged
+    over: np.ndarray  # residual minus threshold where judged, else -inf
     level: Prediction  # the rate level (seasonal baseline of the 30-minute rate)
     size_level: np.ndarray  # log bytes of a written tick at this hour
+    log_bytes: np.ndarray  # this tick's (the size statistic before its level)
 
 
 class SizeLevel:
@@ -92,23 +94,42 @@ class SizeLevel:
 
     def learn(self, x: np.ndarray, written: np.ndarray, hour: int, level: np.ndarray) -> None:
         w = written
-        n1 = (self.count + 1).astype(np.float64)
+        n1 = self.count + 1.0
         bound = HUBER * self.spread
-        resid = np.clip(x - level, -bound, bound)
-        a = np.maximum(1.0 / n1, 1e-3)
-        first = self.count == 0
-        overall = np.where(first, x, self.overall + a * np.clip(x - self.overall, -bound, bound))
-        self.overall = np.where(w, overall, self.overall)
-        self.spread = np.where(w, self.spread + a * (np.abs(resid) - self.spread), self.spread)
+        low = -bound
+        # Rows without a write this tick step by 0 (a = 0), in place.
+        a = 1.0 / n1
+        np.maximum(a, 1e-3, out=a)
+        a *= w
+        resid = _clipped(x - level, low, bound)
+        np.abs(resid, out=resid)
+        resid -= self.spread
+        resid *= a
+        step = _clipped(x - self.overall, low, bound)
+        step *= a
+        self.overall += step
+        np.copyto(self.overall, x, where=w & (self.count == 0))
+        self.spread += resid
         np.maximum(self.spread, 0.05, out=self.spread)
         c = self.hour_n[hour]
         slot = self.hour[hour].astype(np.float64)
-        a_slot = np.maximum(1.0 / (c + 1.0), self.alpha_slot)
-        moved = np.where(c == 0, x, slot + a_slot * np.clip(x - slot, -bound, bound))
-        self.hour[hour] = np.where(w, moved, slot).astype(np.float32)
-        np.add(c, 1, out=c, where=w & (c < np.iinfo(np.uint32).max))
+        a_slot = 1.0 / (c + 1.0)
+        np.maximum(a_slot, self.alpha_slot, out=a_slot)
+        moved = _clipped(x - slot, low, bound)
+        moved *= a_slot
+        moved += slot
+        np.copyto(moved, x, where=c == 0)
+        np.copyto(self.hour[hour], moved, where=w, casting="same_kind")
+        c += w & (c < np.iinfo(np.uint32).max)
         self.count += w
         self.age += 1
+
+
+def _clipped(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """``values`` clipped to [low, high], in place (np.clip's wrapper costs more than it does)."""
+    np.maximum(values, low, out=values)
+    np.minimum(values, high, out=values)
+    return values
 
 
 class SpikeModel:
@@ -164,41 +185,46 @@ class SpikeModel:
         self.rates[:, first] = rate[first]
         level = self.baseline.predict(start)
         hour = int((start % DAY) // HOUR)
-        written = nbytes > 0
-        x_size = np.log(np.maximum(nbytes, 1.0))
+        # (statistic, row) arrays filled in place: [size | 5m | 30m].
+        residuals = np.empty((len(STATISTICS), rate.size))
+        log_bytes = np.log(np.maximum(nbytes, 1.0))
         size_level = self.size.predict(hour)
-        y_rates = np.log1p(self.rates / self.unit)
-        residuals = [x_size - size_level, *(y - level.pred_y for y in y_rates)]
-        judged = [written, *([np.ones(rate.size, dtype=bool)] * len(SCALES))]
-        z = self._per_statistic(self.tail.threshold())
-        thresholds = [np.where(self.enabled, row, np.inf) for row in z]
-        over = [
-            np.where(j, r - z, -np.inf)
-            for r, j, z in zip(residuals, judged, thresholds, strict=True)
-        ]
-        stacked = np.vstack(over)
-        worst = stacked.max(axis=0)
+        np.subtract(log_bytes, size_level, out=residuals[0])
+        # log1p of the rates in float32, as log(1 + x): numpy's float64 log1p is ten times
+        # slower, and the tails keep their peaks in float32 (what is lost is below 1e-6).
+        y = np.empty(self.rates.shape, dtype=np.float32)
+        np.divide(self.rates, self.unit, out=y, casting="same_kind")
+        y += np.float32(1.0)
+        np.log(y, out=y)
+        np.subtract(y, level.pred_y, out=residuals[1:])
+        judged = np.ones(residuals.shape, dtype=bool)
+        np.greater(nbytes, 0.0, out=judged[0])  # a tick without writes has no size
+        thresholds = self._per_statistic(self.tail.threshold())
+        if not self.enabled.all():
+            thresholds = np.where(self.enabled, thresholds, np.inf)
+        over = residuals - thresholds
+        np.copyto(over[0], -np.inf, where=~judged[0])
+        worst = over.max(axis=0)
         breach = (worst > 0) & (np.maximum(rate, self.rates.max(axis=0)) >= self.floor)
         breach |= rate > self.absolute
-        clear = np.all(stacked <= self.log_hyst, axis=0) & (rate <= self.absolute)
+        clear = (worst <= self.log_hyst) & (rate <= self.absolute)
         return SpikeJudgement(
-            breach, clear, residuals, judged, thresholds, stacked.argmax(axis=0), level, size_level
+            breach, clear, residuals, judged, thresholds, over, level, size_level, log_bytes
         )
 
     def learn(self, j: SpikeJudgement, start: float, nbytes: np.ndarray, seconds: float) -> None:
         hour = int((start % DAY) // HOUR)
-        r = np.concatenate(j.residuals)
+        r = j.residuals.reshape(-1)
         settled = self.size.age * self.tick >= WARMUP_SECONDS
-        size_settled = settled & (self.size.count >= SIZE_READY)
-        judged = np.concatenate(
-            [j.judged[0] & size_settled, *(judged & settled for judged in j.judged[1:])]
-        )
-        z = np.concatenate(j.thresholds)
+        judged = j.judged & settled
+        judged[0] &= self.size.count >= SIZE_READY
+        judged = judged.reshape(-1)
+        z = j.thresholds.reshape(-1)
         self.tail.update(r, judged, start + seconds, seconds, judged & (r > z))
         # Levels learn what was not a spike.
         calm = ~j.breach
         written = (nbytes > 0) & calm
-        self.size.learn(np.log(np.maximum(nbytes, 1.0)), written, hour, j.size_level)
+        self.size.learn(j.log_bytes, written, hour, j.size_level)
         self.baseline.learn(np.where(calm, self.rates[-1], j.level.baseline), j.level, settled)
 
     def figures(self, row: int, j: SpikeJudgement | None) -> dict[str, float | bool | str]:
@@ -217,5 +243,5 @@ class SpikeModel:
             else:
                 value = float(self.unit[row] * math.expm1(float(j.level.pred_y[row]) + z))
             out[f"{name}_threshold_bytes_per_second"] = value
-        out["statistic"] = STATISTICS[int(j.which[row])]
+        out["statistic"] = STATISTICS[int(np.argmax(j.over[:, row]))]
         return out

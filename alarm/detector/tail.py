@@ -94,12 +94,15 @@ class TailBank:
         self.rate_t = np.asarray(rate_t, dtype=np.float64)  # target incidents per second
         self.top = np.asarray(top, dtype=np.int64)  # peaks the fit uses
         self.min_seconds = np.asarray(min_seconds, dtype=np.float64)
-        self.u0 = np.zeros(rows)
-        self.spread = np.ones(rows)  # mean absolute deviation from u0 (its step's scale)
+        # float32 like the kept peaks: the residuals are log-magnitudes of a few units, far
+        # coarser than float32's 1e-7, and half the bytes are half the time at 300k rows.
+        f32 = np.float32
+        self.u0 = np.zeros(rows, dtype=f32)
+        self.spread = np.ones(rows, dtype=f32)  # mean absolute deviation from u0 (its step's scale)
         self.seen = np.zeros(rows, dtype=np.int64)  # judged ticks
         self.age = np.zeros(rows)  # seconds observed
         self.open = np.zeros(rows, dtype=bool)  # inside an incident
-        self.peak = np.zeros(rows)  # its largest residual so far
+        self.peak = np.zeros(rows, dtype=f32)  # its largest residual so far
         self.quiet = np.zeros(rows, dtype=np.int64)  # judged ticks since it last exceeded u0
         self.anomalous = np.zeros(rows, dtype=bool)  # it crossed the threshold
         self.kept = np.full((rows, DAYS, PER_DAY), -np.inf, dtype=np.float32)
@@ -134,24 +137,44 @@ class TailBank:
         ``breach`` whether the row's residual passed ``threshold()``."""
         self._roll(now)
         self.age += seconds
-        j = judged
-        n1 = (self.seen + 1).astype(np.float64)
+        # In place, and rows not judged this tick step by 0: a tick at 100k rows is a few
+        # dozen passes over 300k values, so every temporary array counts.
+        f32 = np.float32
+        r = r.astype(f32)
+        n1 = self.seen.astype(f32)
+        n1 += f32(1.0)
         # The residual's scale around u0, and u0 as the LEVEL quantile (sign SA in steps of
         # that scale; big steps while u0 is being found, fine ones after).
-        dev = np.minimum(np.abs(r - self.u0), 5.0 * self.spread + 1.0)
-        a = np.maximum(1.0 / n1, 1e-3)
-        self.spread = np.where(j, self.spread + a * (dev - self.spread), self.spread)
-        step = self.spread * (U_STEP + np.minimum(1.0, 50.0 / n1))
+        dev = r - self.u0
+        np.abs(dev, out=dev)
+        cap = f32(5.0) * self.spread
+        cap += f32(1.0)
+        np.minimum(dev, cap, out=dev)
+        a = f32(1.0) / n1
+        np.maximum(a, f32(1e-3), out=a)
+        a *= judged
+        dev -= self.spread
+        dev *= a
+        self.spread += dev
+        step = np.divide(f32(50.0), n1, out=n1)
+        np.minimum(step, f32(1.0), out=step)
+        step += f32(U_STEP)
+        step *= self.spread
         above = r > self.u0
-        self.u0 = np.where(j, self.u0 + step * np.where(above, LEVEL, LEVEL - 1.0), self.u0)
-        self.seen += j
+        move = np.where(above, f32(LEVEL), f32(LEVEL - 1.0))
+        move *= judged
+        move *= step
+        self.u0 += move
+        self.seen += judged
         # Incidents: open on an exceedance, close after ``run`` judged ticks without one.
-        exceed = j & above
+        exceed = judged & above
         start = exceed & ~self.open
-        self.peak = np.where(start, r, np.where(exceed, np.maximum(self.peak, r), self.peak))
+        np.maximum(self.peak, r, out=self.peak, where=exceed)
+        np.copyto(self.peak, r, where=start)
         self.open |= start
         self.anomalous |= breach & self.open
-        self.quiet = np.where(exceed, 0, self.quiet + (j & ~exceed))
+        self.quiet += judged
+        np.copyto(self.quiet, 0, where=exceed)
         ended = self.open & (self.quiet >= self.run)
         if ended.any():
             rows = np.flatnonzero(ended)
@@ -197,11 +220,15 @@ class TailBank:
             rows = np.arange(len(self.u0))
         if not rows.size:
             return
-        kept = self.kept[rows].reshape(rows.size, -1).astype(np.float64)
+        kept = self.kept[rows].reshape(rows.size, -1)
         have = np.isfinite(kept).sum(axis=1)
         top = np.minimum(self.top[rows], have)
         k = int(max(1, top.max()))
-        best = -np.sort(-kept, axis=1)[:, :k]  # largest first, -inf where a row has fewer
+        # The k largest, largest first (-inf where a row has fewer): partitioned, then only
+        # those sorted, since k is a dozen of the DAYS x PER_DAY kept.
+        if k < kept.shape[1]:
+            kept = np.partition(kept, kept.shape[1] - k, axis=1)[:, -k:]
+        best = np.sort(kept, axis=1)[:, ::-1].astype(np.float64)
         idx = np.arange(rows.size)
         fit = top >= MIN_FIT
         u = np.where(fit, best[idx, np.maximum(top - 1, 0)], 0.0)
