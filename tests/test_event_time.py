@@ -76,7 +76,9 @@ def comparable(change: dict) -> dict:
 
 async def test_a_backlog_is_evaluated_tick_by_tick_as_the_backtest_does(tmp_path):
     log = tmp_path / "kern.log"
-    start = (time.time() // TICK - 720) * TICK  # two hours ago, on a tick boundary
+    # Two hours ending two minutes ago, on a tick boundary: the minute after the last record
+    # is evaluated at once rather than waited for.
+    start = (time.time() // TICK - 732) * TICK
     total = write_backlog(log, start, 7200 - 30, spike=(3600, 3900))
     cfg = config_dict(tmp_path, log)
 
@@ -178,7 +180,7 @@ async def test_a_batch_is_applied_whole_before_the_service_saves(tmp_path):
     from alarm.state import StateStore
 
     log = tmp_path / "kern.log"
-    start = (time.time() // TICK - 2) * TICK
+    start = (time.time() // TICK - 4) * TICK  # ended 25 s ago: its ticks close at once
     total = write_backlog(log, start, 15, spike=(0, 0))
     cfg = config_dict(tmp_path, log)
     async with running_service(cfg) as service:

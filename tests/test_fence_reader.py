@@ -74,7 +74,7 @@ def counted(recs: list[KernelRecord], require_trusted: bool, batch: int) -> tupl
     return surfaces, read.parse_errors, read.forged
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(recs=records(), require_trusted=st.booleans())
 def test_native_batch_counts_as_record_by_record(recs, require_trusted) -> None:
     assert counted(recs, require_trusted, 1) == counted(recs, require_trusted, 10**9)
