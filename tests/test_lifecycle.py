@@ -234,9 +234,7 @@ async def test_kill_9_in_the_middle_of_a_backlog_then_restart_is_exact(tmp_path)
         try:
             # Kill it once it is well into the backlog, but not through it.
             await wait_for(lambda: last_tick(port), 30)
-            await wait_for(
-                lambda: _between(last_tick(port), first + 3600, end - 3600), 60, 0.02
-            )
+            await wait_for(lambda: _between(last_tick(port), first + 3600, end - 3600), 60, 0.02)
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)
             killed_at = rx.unique()
