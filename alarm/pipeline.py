@@ -367,6 +367,8 @@ class Pipeline:
         table = self.table
         surfaces = []
         keys = det.keys
+        # Once for every row: computed per row it made a snapshot quadratic in surfaces.
+        learning = det.spike.learning.tolist()
         for row, key in enumerate(keys):
             member = row < len(table)
             if member:
@@ -379,7 +381,11 @@ class Pipeline:
                 bytes_total = int(table.bytes_total[members].sum())
                 events_total = int(table.events_total[members].sum())
                 contributors, error = [], 0
-            surfaces.append(_surface_view(det, row, bytes_total, events_total, contributors, error))
+            surfaces.append(
+                _surface_view(
+                    det, row, bytes_total, events_total, contributors, error, learning[row]
+                )
+            )
         sources = []
         for name, s in self.sources.items():
             h = health.get(name) or SourceHealth()
@@ -426,6 +432,7 @@ def _surface_view(
     events_total: int,
     contributors: list[tuple[str, int]],
     error: int,
+    learning: bool,
 ) -> SurfaceView:
     kind, name = det.keys[row]
     f = det.figures_of(row)
@@ -454,7 +461,7 @@ def _surface_view(
         seasonal_judged=f.seasonal_judged,
         drop_state=None if drop is None else int(drop),
         beacon_state=None if beacon is None else int(beacon),
-        learning=bool(det.spike.learning[row]),
+        learning=learning,
         budget_misconfigured=bool(det.budget.misconfigured[row]),
     )
 

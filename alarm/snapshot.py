@@ -109,3 +109,14 @@ class Snapshot:
     # Only when asked for (the status page, ?history=1): never for a scrape of /metrics.
     history: HistoryWindow | None = None
     egress_canary: CanaryView | None = None
+    _surface_labels: list[tuple[str, str]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    @property
+    def surface_labels(self) -> list[tuple[str, str]]:
+        """(name, kind) of every surface: one list, shared by every per-surface family of a
+        scrape (so that their label texts are made once)."""
+        if self._surface_labels is None:
+            self._surface_labels = [(s.name, s.kind) for s in self.surfaces]
+        return self._surface_labels

@@ -1,9 +1,11 @@
 """/metrics: Prometheus text format or OpenMetrics, chosen by the Accept header.
 
-Built from a Snapshot with prometheus_client's exposition code, in a worker thread, so a
-scrape never blocks the event loop.  One small collector per concern (surfaces, budgets,
-alerts, sources, notifiers, the service itself).  Label values are surface and source names
-from the config only: the series count is bounded by the config, whatever the traffic.
+Built from a Snapshot in a worker thread, so a scrape never blocks the event loop.  One small
+function of families per concern (surfaces, budgets, alerts, sources, notifiers, the service
+itself); the per-surface families are ``Columns``, written by exporters/textformat.py (byte for
+byte what prometheus_client writes, several times faster at 10,000+ surfaces), OpenMetrics by
+prometheus_client.  Label values are surface and source names from the config only: the
+series count is bounded by the config, whatever the traffic.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from alarm import __version__
 from alarm.events import CORE_COUNTERS
 from alarm.snapshot import Snapshot, SourceView, SurfaceView
 from exporters.canary_metrics import canary_families
+from exporters.textformat import Columns, render_text
 
 # Capacity figures are computed in bits (the TCSEC bands are in bit/s) but exposed in
 # Prometheus' base unit, bytes, as promtool's lint requires: multiply by 8 for bits.
@@ -41,21 +44,17 @@ class NotifierView:
 
 
 def _surface_family(
-    snap: Snapshot,
-    fam_type: type[CounterMetricFamily] | type[GaugeMetricFamily],
-    name: str,
-    doc: str,
-    value: Callable[[SurfaceView], float],
-) -> Metric:
-    fam = fam_type(f"capalarm_surface_{name}", doc, labels=SURFACE_LABELS)
-    for s in snap.surfaces:
-        fam.add_metric([s.name, s.kind], value(s))
-    return fam
+    snap: Snapshot, typ: str, name: str, doc: str, value: Callable[[SurfaceView], float]
+) -> Columns:
+    values = [value(s) for s in snap.surfaces]
+    return Columns(
+        f"capalarm_surface_{name}", doc, typ, SURFACE_LABELS, snap.surface_labels, values
+    )
 
 
-def surface_families(snap: Snapshot) -> Iterable[Metric]:
+def surface_families(snap: Snapshot) -> Iterable[Columns]:
     """Volume and rate per surface: what was written, and how fast over the last tick."""
-    c, g = CounterMetricFamily, GaugeMetricFamily
+    c, g = "counter", "gauge"
     yield _surface_family(
         snap, c, "written_bytes", "Bytes written through the surface.", lambda s: s.bytes_total
     )
@@ -86,9 +85,9 @@ def surface_families(snap: Snapshot) -> Iterable[Metric]:
     )
 
 
-def spike_families(snap: Snapshot) -> Iterable[Metric]:
+def spike_families(snap: Snapshot) -> Iterable[Columns]:
     """The spike rule: baseline and threshold."""
-    g = GaugeMetricFamily
+    g = "gauge"
     yield _surface_family(
         snap,
         g,
@@ -120,9 +119,9 @@ def spike_families(snap: Snapshot) -> Iterable[Metric]:
     )
 
 
-def budget_families(snap: Snapshot) -> Iterable[Metric]:
+def budget_families(snap: Snapshot) -> Iterable[Columns]:
     """The capacity budgets: the first horizon's figures, every horizon, the seasonal one."""
-    g = GaugeMetricFamily
+    g = "gauge"
     yield _surface_family(
         snap,
         g,
@@ -154,11 +153,9 @@ def budget_families(snap: Snapshot) -> Iterable[Metric]:
         ("tolerance_bytes", "Capacity budget tolerance h per horizon (x8 for bits).", 2),
         ("excess_bytes", "CUSUM above the allowance per horizon (x8 for bits).", 3),
     ):
-        fam = g(f"capalarm_surface_budget_horizon_{name}", doc, labels=labels)
-        for s in snap.surfaces:
-            for horizon in s.budget_horizons:
-                fam.add_metric([s.name, s.kind, horizon[0]], float(horizon[index]) * BITS)
-        yield fam
+        rows = [(s.name, s.kind, h[0]) for s in snap.surfaces for h in s.budget_horizons]
+        values = [float(h[index]) * BITS for s in snap.surfaces for h in s.budget_horizons]
+        yield Columns(f"capalarm_surface_budget_horizon_{name}", doc, g, labels, rows, values)
     yield _surface_family(
         snap,
         g,
@@ -184,22 +181,29 @@ def budget_families(snap: Snapshot) -> Iterable[Metric]:
     )
 
 
-def alert_families(snap: Snapshot) -> Iterable[Metric]:
-    state = GaugeMetricFamily(
+def alert_families(snap: Snapshot) -> Iterable[Metric | Columns]:
+    rows: list[tuple[str, ...]] = []
+    values: list[float] = []
+    for s in snap.surfaces:
+        rows += [("surface", s.name, s.kind, "spike"), ("surface", s.name, s.kind, "budget")]
+        values += [s.spike_state, s.budget_state]
+        if s.drop_state is not None:
+            rows.append(("surface", s.name, s.kind, "drop"))
+            values.append(s.drop_state)
+        if s.beacon_state is not None:
+            rows.append(("surface", s.name, s.kind, "beacon"))
+            values.append(s.beacon_state)
+    for source, rule, st in snap.source_alerts:
+        rows.append(("source", source, "source", rule))
+        values.append(st)
+    yield Columns(
         "capalarm_alert_state",
         "Alert state per surface or source and rule: 0 inactive, 1 pending, 2 firing.",
-        labels=["target_type", "target", "kind", "rule"],
+        "gauge",
+        ["target_type", "target", "kind", "rule"],
+        rows,
+        values,
     )
-    for s in snap.surfaces:
-        state.add_metric(["surface", s.name, s.kind, "spike"], s.spike_state)
-        state.add_metric(["surface", s.name, s.kind, "budget"], s.budget_state)
-        if s.drop_state is not None:
-            state.add_metric(["surface", s.name, s.kind, "drop"], s.drop_state)
-        if s.beacon_state is not None:
-            state.add_metric(["surface", s.name, s.kind, "beacon"], s.beacon_state)
-    for source, rule, st in snap.source_alerts:
-        state.add_metric(["source", source, "source", rule], st)
-    yield state
 
 
 _SOURCE_GAUGES: tuple[tuple[str, str, Callable[[SourceView], float]], ...] = (
@@ -359,38 +363,40 @@ def service_families(snap: Snapshot) -> Iterable[Metric]:
     )
 
 
-class _Families:
-    def __init__(self, families: Callable[[], Iterable[Metric]]):
+class _Collector:
+    """What CollectorRegistry wants: something with collect()."""
+
+    def __init__(self, families: Iterable[Metric]):
         self._families = families
 
     def collect(self) -> Iterable[Metric]:
-        return self._families()
+        return self._families
 
 
 def render(
     snap: Snapshot, notifiers: Sequence[NotifierView], accept: str | None
 ) -> tuple[bytes, str]:
     """Returns (body, content type).  CPU work: call it off the event loop."""
-    registry = CollectorRegistry(auto_describe=False)
-    parts: list[Callable[[], Iterable[Metric]]] = [
-        lambda: service_families(snap),
-        lambda: surface_families(snap),
-        lambda: spike_families(snap),
-        lambda: budget_families(snap),
-        lambda: alert_families(snap),
-        lambda: source_families(snap),
-        lambda: notifier_families(notifiers),
-        lambda: canary_families(snap),
+    families: list[Metric | Columns] = [
+        *service_families(snap),
+        *surface_families(snap),
+        *spike_families(snap),
+        *budget_families(snap),
+        *alert_families(snap),
+        *source_families(snap),
+        *notifier_families(notifiers),
+        *canary_families(snap),
+        *ProcessCollector(registry=None).collect(),
     ]
-    for part in parts:
-        registry.register(_Families(part))  # type: ignore[arg-type]
-    registry.register(ProcessCollector(registry=None))
     if accept and "application/openmetrics-text" in accept:
+        metrics = [f.metric() if isinstance(f, Columns) else f for f in families]
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Collector(metrics))  # type: ignore[arg-type]
         return (
             openmetrics.exposition.generate_latest(registry),
             openmetrics.exposition.CONTENT_TYPE_LATEST,
         )
-    return exposition.generate_latest(registry), exposition.CONTENT_TYPE_LATEST
+    return render_text(families), exposition.CONTENT_TYPE_LATEST
 
 
 __all__: list[Any] = ["NotifierView", "render"]
