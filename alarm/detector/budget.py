@@ -179,7 +179,12 @@ class BudgetBank:
         S/h over the horizons with and without the one-tick look-ahead."""
         followed = self._follow(bits, seconds, now)
         # Rows that follow what they carry are judged by the sum over the envelope.
-        before = np.where(self._following, followed, self.excess)
+        if not self._following.any():
+            before = self.excess
+        elif self._following.all():
+            before = followed
+        else:
+            before = np.where(self._following, followed, self.excess)
         after = before + bits
         after -= self.allowance * seconds
         np.maximum(after, 0.0, out=after)

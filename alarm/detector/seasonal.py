@@ -130,7 +130,8 @@ class SeasonalBaseline:
     def _rate(self, y: np.ndarray) -> np.ndarray:
         # expm1 as exp - 1 in float32 (vectorised; float64 expm1 is seven times slower): the
         # log-rates are float32 profiles, so float32's 1e-7 relative error is theirs already.
-        e = np.exp(y.astype(np.float32))
+        with np.errstate(over="ignore"):  # past 88 (a threshold far above any rate): +inf
+            e = np.exp(y.astype(np.float32))
         e -= np.float32(1.0)
         return self.unit * e
 

@@ -182,7 +182,8 @@ class SpikeModel:
         # Averaged from the first tick as if the past had been like it (no slow start).
         first = self.size.age == 0
         self.rates += self.alphas * (rate - self.rates)
-        self.rates[:, first] = rate[first]
+        if first.any():
+            self.rates[:, first] = rate[first]
         level = self.baseline.predict(start)
         hour = int((start % DAY) // HOUR)
         # (statistic, row) arrays filled in place: [size | 5m | 30m].
