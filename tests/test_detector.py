@@ -127,3 +127,21 @@ def test_a_rows_derived_budget_does_not_depend_on_the_phase_of_the_other_rows():
     np.testing.assert_allclose(together.tolerance, mixed.tolerance[:, :n], rtol=1e-12)
     np.testing.assert_allclose(together.envelope, mixed.envelope[:, :n], rtol=1e-12)
     assert not together.misconfigured[1] and together.misconfigured[4]
+
+
+def test_a_source_slow_to_open_at_start_is_not_down_but_one_that_stops_is_at_once():
+    from alarm.detector.engine import SOURCE_START_GRACE, Detector
+
+    d = Detector(config_from_dict({}), [])
+    t = 100.0
+    while t < 100 + SOURCE_START_GRACE - 1:  # still opening: no page
+        assert d.evaluate_sources(t, 1, judge(up=False)) == []
+        t += 1
+    assert d.evaluate_sources(t, 1, judge()) == []  # up
+    (change,) = d.evaluate_sources(t + 1, 1, judge(up=False))  # stopped: down at once
+    assert (change.rule, change.state) == ("source_down", "firing")
+    # One that never comes up is down once the grace is over.
+    d = Detector(config_from_dict({}), [])
+    d.evaluate_sources(0, 1, judge(up=False))
+    (change,) = d.evaluate_sources(SOURCE_START_GRACE, 1, judge(up=False))
+    assert (change.rule, change.state) == ("source_down", "firing")

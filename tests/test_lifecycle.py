@@ -24,6 +24,7 @@ import yaml
 from alarm.backtest import run_backtest
 from alarm.collectors.kernel.synthetic import fence_line
 from alarm.config import config_from_dict, load_config
+from alarm.detector.engine import SOURCE_START_GRACE
 from alarm.events import NAMED, Batch, Event, SourceHealth, WriteEvents
 from alarm.service import Service
 from tests.fakes.receiver import Receiver
@@ -112,7 +113,10 @@ async def test_a_reload_that_removes_a_firing_surface_and_a_down_source_resolves
                 for c in changes
             )
 
-        await wait_for(lambda: firing("board", "budget") and firing("gone", "source_down"), 20)
+        await wait_for(
+            lambda: firing("board", "budget") and firing("gone", "source_down"),
+            20 + SOURCE_START_GRACE,
+        )
         write_config(path, lifecycle_config(tmp_path, with_board=False))
         assert await service.reload()
         resolved = [c for c in changes if c["state"] == "resolved"]
@@ -139,7 +143,14 @@ async def test_a_surface_removed_between_restarts_resolves_at_start(tmp_path):
         path, collectors={"tap": tap}, on_change=lambda c: changes.append(c.to_dict())
     ):
         tap.write("board", 1000)
-        await wait_for(lambda: any(c["rule"] == "budget" for c in changes), 20)
+        # Both firing when it stops: the budget, and the source that never opens (down once
+        # its start grace is over).
+        await wait_for(
+            lambda: (
+                {c["rule"] for c in changes if c["state"] == "firing"} >= {"budget", "source_down"}
+            ),
+            20 + SOURCE_START_GRACE,
+        )
     write_config(path, lifecycle_config(tmp_path, with_board=False))
     after: list[dict] = []
     async with service_from_file(

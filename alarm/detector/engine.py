@@ -11,6 +11,7 @@ surfaces; Python runs per surface only for the few rows whose alert state change
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,9 @@ log = logging.getLogger("capalarm.detector")
 # Source rules fire on any occurrence in a tick: a lost fence record is a blind spot and a
 # forged one is someone trying to hide or fake traffic.  They resolve after a quiet minute.
 SOURCE_RESOLVE_HOLD = 60.0
+# A source that has not been up yet since the service started is not down before this: its
+# reader may take a few seconds to open (a cold start, a first import), and that is no page.
+SOURCE_START_GRACE = 10.0
 SOURCE_RULES = ("records_lost", "forged_records", "source_down", "surface_blind")
 REMOVED = "removed from the configuration"
 # The learned profiles: saved on a slower cadence than the rest of the state (state_arrays).
@@ -157,6 +161,9 @@ class Detector:
 
         self.surfaces = SurfaceMap(self)
         self.source_alerts: dict[tuple[str, str], AlertMachine] = {}
+        # Per source: when it was first judged, while it has not been up yet (see
+        # SOURCE_START_GRACE); -inf once it has.
+        self._source_starting: dict[str, float] = {}
 
     # -- surfaces ----------------------------------------------------------------------
     def evaluate_arrays(
@@ -463,10 +470,14 @@ class Detector:
     ) -> list[AlertChange]:
         changes = []
         for j in judged:
+            starting = self._source_starting.setdefault(j.name, now)
+            if j.up:
+                self._source_starting[j.name] = -math.inf
+            down = not j.up and now - starting >= SOURCE_START_GRACE
             values = {
                 "records_lost": j.lost + j.lost_unknown,
                 "forged_records": j.forged,
-                "source_down": 0 if j.up else 1,
+                "source_down": 1 if down else 0,
                 "surface_blind": 1 if j.blind else 0,
             }
             for rule, value in values.items():
