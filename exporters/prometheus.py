@@ -144,6 +144,8 @@ def budget_families(snap: Snapshot) -> Iterable[Columns]:
         lambda s: s.budget_excess * BITS,
     )
     labels = [*SURFACE_LABELS, "horizon"]
+    # One rows list for the three families: its label texts are then written once.
+    rows = [(s.name, s.kind, h[0]) for s in snap.surfaces for h in s.budget_horizons]
     for name, doc, index in (
         (
             "allowance_bytes_per_second",
@@ -153,7 +155,6 @@ def budget_families(snap: Snapshot) -> Iterable[Columns]:
         ("tolerance_bytes", "Capacity budget tolerance h per horizon (x8 for bits).", 2),
         ("excess_bytes", "CUSUM above the allowance per horizon (x8 for bits).", 3),
     ):
-        rows = [(s.name, s.kind, h[0]) for s in snap.surfaces for h in s.budget_horizons]
         values = [float(h[index]) * BITS for s in snap.surfaces for h in s.budget_horizons]
         yield Columns(f"capalarm_surface_budget_horizon_{name}", doc, g, labels, rows, values)
     yield _surface_family(

@@ -237,27 +237,18 @@ class BudgetBank:
         """The mean capacity (bits/s) of each horizon's current windows, the larger of the two
         sets; windows that end with this tick start again."""
         ticks = np.round(self.age / seconds).astype(np.int64)
+        window = self.window
         if self._uniform_window is not None and ticks.min() == ticks.max():
             # Every row at the same phase (the usual case: surfaces declared together, one
-            # window per horizon): the phase is a number per horizon, not an array.
-            return self._uniform_means(int(ticks[0]) if ticks.size else 0, seconds)
-        phase = ticks % self.window
-        offset = np.stack([phase, (phase + self.window // 2) % self.window])
-        done = offset == 0
-        held = np.where(done, self.window, offset)
-        mean = (self.window_bits / (held * seconds)).max(axis=0)
-        np.putmask(self.window_bits, done, 0.0)
-        return mean
-
-    def _uniform_means(self, ticks: int, seconds: float) -> np.ndarray:
-        window = self._uniform_window
+            # window per horizon): the phase is a number per horizon, broadcast over the rows.
+            ticks, window = ticks[:1], self._uniform_window[:, None]
         phase = ticks % window
         offset = np.stack([phase, (phase + window // 2) % window])
-        held = np.where(offset == 0, window, offset)
-        mean = self.window_bits[0] / (held[0] * seconds)[:, None]
-        np.maximum(mean, self.window_bits[1] / (held[1] * seconds)[:, None], out=mean)
-        for which, horizon in zip(*np.nonzero(offset == 0), strict=True):
-            self.window_bits[which, horizon] = 0.0
+        done = offset == 0
+        held = np.where(done, window, offset)
+        mean = (self.window_bits / (held * seconds)).max(axis=0)
+        if done.any():
+            np.copyto(self.window_bits, 0.0, where=done)
         return mean
 
     def _modes(self, learning: np.ndarray, seconds: float) -> _Modes:

@@ -31,6 +31,8 @@ from alarm.detector.tail import TailBank
 from alarm.detector.views import SurfaceFigures, SurfaceMap
 from alarm.surfaces import SurfaceKey
 
+# Up to this many aggregates are summed through a dense (aggregates x members) indicator
+# matrix (see Detector.__init__); more, by bincount.
 AGGREGATES_BY_PRODUCT = 8
 
 log = logging.getLogger("capalarm.detector")
@@ -286,7 +288,7 @@ class Detector:
             if j is None:
                 n = len(self.keys)
                 return np.full(n, np.inf), np.zeros(n, dtype=bool)
-            ready = np.logical_and.reduce([np.isfinite(z) for z in j.thresholds])
+            ready = np.isfinite(j.thresholds).all(axis=0)
             threshold = np.exp(j.size_level + j.thresholds[0]) / self._tick_seconds
             self._spike_columns = (threshold, ready)
         return self._spike_columns
