@@ -1,7 +1,8 @@
-"""The optional native scanner; everything else is in pyproject.toml.
+"""The optional native parts; everything else is in pyproject.toml.
 
-``optional=True``: where no C compiler is available the install still succeeds and
-alarm.collectors.kernel.fastscan uses its pure-Python path (same results, slower)."""
+``optional=True``: where no C compiler is available the install still succeeds, and
+alarm.collectors.kernel.fastscan and alarm.detector.fused use their pure-Python paths (same
+results, slower)."""
 
 from setuptools import Extension, setup
 
@@ -12,6 +13,13 @@ setup(
             ["alarm/collectors/kernel/_fastscan.c"],
             extra_compile_args=["-O2", "-fno-fast-math"],
             optional=True,
-        )
+        ),
+        Extension(
+            "alarm.detector._fused",
+            ["alarm/detector/_fused.c"],
+            # No fused multiply-adds: the passes must round where numpy rounds.
+            extra_compile_args=["-O3", "-fno-fast-math", "-ffp-contract=off", "-fno-trapping-math"],
+            optional=True,
+        ),
     ]
 )

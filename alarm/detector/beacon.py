@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from alarm.config import BeaconRule
+from alarm.detector import fused
 
 RING = 16  # writes remembered per row: a beacon among benign writes keeps most of the ring
 NO_TICK = np.iinfo(np.int64).min // 2  # an empty ring entry: never a gap that matches
@@ -59,22 +60,31 @@ class BeaconBank:
         breach = np.zeros(nbytes.size, dtype=bool)
         active = self.enabled & (nbytes >= self.min_bytes)
         size = nbytes.astype(np.float32)
-        # Over every row, not a gather of the active ones: a contiguous pass over the ring is
-        # cheaper than copying 70% of it.  Empty entries hold 0, which no active size equals.
-        if self._exact:
-            same = self.ring_bytes == size
+        # Most writes match no earlier size: only the rest are looked at further.
+        native = fused.native()
+        if native is not None:
+            matched = np.empty(nbytes.size, dtype=bool)
+            native.beacon_match(
+                self.ring_bytes, size, active, self._tolerance32, self._exact, matched
+            )
+            cand = np.flatnonzero(matched)
+            same = self._same(self.ring_bytes[:, cand], size[cand], self._tolerance32[cand])
         else:
-            same = np.abs(self.ring_bytes - size) <= self._tolerance32 * size
-        # Most writes match no earlier size: only the rest are looked at further.  Writers of
-        # the same bytes in the tick before (period 1, which _judge rejects anyway) are dropped
-        # here, before the gather, so that a fleet of steady writers costs one pass.
-        cand = np.flatnonzero(active & same.any(axis=0))
+            # Over every row, not a gather of the active ones: a contiguous pass over the ring
+            # is cheaper than copying 70% of it.  Empty entries hold 0, which no active size
+            # equals.
+            same = self._same(self.ring_bytes, size, self._tolerance32)
+            cand = np.flatnonzero(active & same.any(axis=0))
+            same = same[:, cand]
+        # Writers of the same bytes in the tick before (period 1, which _judge rejects anyway)
+        # are dropped before judging, so that a fleet of steady writers costs one pass.
         if cand.size:
             last = (self.ring_pos[cand].astype(np.int64) - 1) % RING
-            steady = same[last, cand] & (tick_index - self.ring_tick[last, cand] < 2)
-            cand = cand[~steady]
+            steady = same[last, np.arange(cand.size)]
+            steady &= tick_index - self.ring_tick[last, cand] < 2
+            cand, same = cand[~steady], same[:, ~steady]
         if cand.size:
-            self._judge(tick_index, cand, same[:, cand], size[cand], breach)
+            self._judge(tick_index, cand, same, size[cand], breach)
 
         rows = np.flatnonzero(active)
         pos = self.ring_pos[rows].astype(np.int64)
@@ -85,6 +95,12 @@ class BeaconBank:
         self.ring_bytes.ravel()[flat] = size[rows]
         self.ring_pos[rows] = (pos + 1) % RING
         return breach
+
+    def _same(self, ring: np.ndarray, size: np.ndarray, tolerance: np.ndarray) -> np.ndarray:
+        """Which ring entries hold ``size`` (within the rows' tolerance)."""
+        if self._exact:
+            return ring == size
+        return np.abs(ring - size) <= tolerance * size
 
     def _judge(
         self,

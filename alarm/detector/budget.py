@@ -36,10 +36,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 
 from alarm.config import BudgetRule
+from alarm.detector import fused
 from alarm.settings import parse_duration
 
 ENVELOPE_MARGIN = 1.25  # a derived allowance is this much above the envelope
@@ -177,7 +179,14 @@ class BudgetBank:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Add one tick (ending at ``now``).  Returns (projected ratio, ratio): the largest
         S/h over the horizons with and without the one-tick look-ahead."""
-        followed = self._follow(bits, seconds, now)
+        self.age += seconds
+        self.window_bits += bits
+        mean = self._window_means(seconds)
+        modes = self._modes(self.age < LEARNING_SECONDS, seconds)
+        native = fused.native()
+        if native is not None:
+            return self._update_native(native, bits, seconds, mean, modes)
+        followed = self._follow(bits, seconds, mean, modes)
         # Rows that follow what they carry are judged by the sum over the envelope.
         if not self._following.any():
             before = self.excess
@@ -196,14 +205,48 @@ class BudgetBank:
         self.last_step = step
         return projected.max(axis=0), ratio.max(axis=0)
 
-    def _follow(self, bits: np.ndarray, seconds: float, now: float) -> np.ndarray:
+    def _update_native(
+        self, native: ModuleType, bits: np.ndarray, seconds: float, mean: np.ndarray, m: _Modes
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``_follow`` and the sums of ``update`` in one pass over the cells (fused.py)."""
+        f64 = np.float64
+        cells = self.excess.shape
+        declared = m.declared if m.declared is not None else np.zeros(cells, dtype=bool)
+        fixed = (m.rise_floor, m.k_floor, m.allowance_floor, m.tolerance_floor, m.margin_seconds)
+        fixed += (self.declared_allowance, self.declared_tolerance)
+        # Written in place: three fresh arrays of cells each tick are page faults at 100k rows.
+        out = [self.allowance, self.tolerance, self._inv_tolerance]
+        if any(a.shape != cells or not a.flags.c_contiguous for a in out):
+            out = [np.empty(cells) for _ in range(3)]
+        projected, ratio = np.empty(bits.size), np.empty(bits.size)
+        native.budget_step(
+            np.ascontiguousarray(bits, dtype=f64),
+            np.ascontiguousarray(mean, dtype=f64),
+            *(np.ascontiguousarray(a, dtype=f64) for a in fixed),
+            np.ascontiguousarray(declared, dtype=bool),
+            np.ascontiguousarray(m.following, dtype=bool),
+            seconds,
+            self._forget,
+            self._rise,
+            ENVELOPE_MARGIN,
+            self.envelope,
+            self.follow_excess,
+            self.excess,
+            self.last_step,
+            *out,
+            projected,
+            ratio,
+        )
+        self.allowance, self.tolerance, self._inv_tolerance = out
+        self._following = m.following
+        return projected, ratio
+
+    def _follow(
+        self, bits: np.ndarray, seconds: float, mean: np.ndarray, modes: _Modes
+    ) -> np.ndarray:
         """Learn the envelope and the tail of the sum over it; set the allowance and tolerance
         of the rows that follow what they carry (derived once known, misconfigured).  Returns
         the sum over the envelope as it was before this tick."""
-        self.age += seconds
-        self.window_bits += bits
-        mean = self._window_means(seconds)
-        modes = self._modes(self.age < LEARNING_SECONDS, seconds)
         # The envelope: the largest window mean, forgetting; once known, rising at most
         # max_learn_up a day (modes.rise_floor is +inf while a row is new: it follows freely).
         grown = self.envelope * self._forget

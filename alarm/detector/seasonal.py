@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 
 from alarm.config import SpikeRule
+from alarm.detector import fused
 
 DAY = 86400.0
 WEEK = 7 * DAY
@@ -139,6 +141,23 @@ class SeasonalBaseline:
         """The baseline and threshold for the tick that began at ``start``."""
         s = int((start % DAY) // DAY_SLOT)
         w = int(((start + WEEK_OFFSET) % WEEK) // WEEK_SLOT)
+        native = fused.native()
+        if native is not None:
+            pred_y, spread = self._level_native(native, s, w)
+        else:
+            pred_y, spread = self._level(s, w)
+        base = self._rate(pred_y)
+        thr = self._rate(pred_y + self.z * spread)
+        np.minimum(thr, base * self.max_ratio, out=thr)
+        np.maximum(thr, base * self.min_ratio, out=thr)
+        np.maximum(thr, self.floor, out=thr)
+        ready = self.count >= self.min_ticks
+        judged = np.where(ready & self.enabled, thr, np.inf)
+        return Prediction(pred_y, base, judged, ready, s, w)
+
+    def _level(self, s: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+        """The predicted log-rate and the spread of every row at daily slot ``s`` and weekly
+        slot ``w``."""
         need_d = self.slot_ticks_day
         need_w = self.slot_ticks_week
         seas = np.full(self.rows, -np.inf, dtype=np.float32)
@@ -157,14 +176,34 @@ class SeasonalBaseline:
             self.mad > MAD_EPS, MAD_TO_SD * self.mad, MEANAD_TO_SD * self.meanad
         ).astype(np.float64)
         np.maximum(spread, SPREAD_MIN, out=spread)
-        base = self._rate(pred_y)
-        thr = self._rate(pred_y + self.z * spread)
-        np.minimum(thr, base * self.max_ratio, out=thr)
-        np.maximum(thr, base * self.min_ratio, out=thr)
-        np.maximum(thr, self.floor, out=thr)
-        ready = self.count >= self.min_ticks
-        judged = np.where(ready & self.enabled, thr, np.inf)
-        return Prediction(pred_y, base, judged, ready, s, w)
+        return pred_y, spread
+
+    def _level_native(self, native: ModuleType, s: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+        """``_level`` in one pass over the rows (fused.py), bit for bit the same."""
+        pred_y, spread = np.empty(self.rows), np.empty(self.rows)
+        native.seasonal_predict(
+            self.day,
+            self.day_n,
+            self.week[w],
+            self.week_n[w],
+            self.recent,
+            self.mad,
+            self.meanad,
+            self.seasonal,
+            self.reach,
+            self.dip_max,
+            s,
+            (w % 24) * DAY_SLOTS_PER_HOUR,
+            self._reach_max,
+            DAY_SLOTS_PER_HOUR,
+            self.slot_ticks_day,
+            self.slot_ticks_week,
+            MAD_EPS,
+            SPREAD_MIN,
+            pred_y,
+            spread,
+        )
+        return pred_y, spread
 
     def _weekday_shift(self, w: int, week_ok: np.ndarray) -> np.ndarray:
         """How far this weekday's hour lies below the daily profile's mean over the same hour
@@ -195,6 +234,10 @@ class SeasonalBaseline:
         # cannot hold what the difference is (below 1e-7 of 1 + y).
         y += f32(1.0)
         np.log(y, out=y)
+        native = fused.native()
+        if native is not None:
+            self._learn_native(native, y, p, settled)
+            return
         warm = ~p.ready  # still learning: no rise cap, running mean
         n1 = (self.count + 1).astype(f32)
 
@@ -225,6 +268,35 @@ class SeasonalBaseline:
             self.week, self.week_n, p.week_slot, y, self.slot_ticks_week, self.rise_week, settled
         )
         self.count += 1
+
+    def _learn_native(
+        self, native: ModuleType, y: np.ndarray, p: Prediction, settled: np.ndarray
+    ) -> None:
+        """The rest of ``learn`` in one pass over the rows (fused.py), bit for bit the same."""
+        d, w = p.day_slot, p.week_slot
+        native.seasonal_learn(
+            y,
+            p.pred_y,
+            p.ready,
+            np.ascontiguousarray(settled, dtype=bool),
+            self.count,
+            self._alpha32,
+            self.meanad,
+            self.mad,
+            self.recent,
+            self._rise_recent32,
+            self.day[d],
+            self.day_n[d],
+            self.rise_day,
+            self.slot_ticks_day,
+            1.0 / (PROFILE_MEMORY * self.slot_ticks_day),
+            self.week[w],
+            self.week_n[w],
+            self.rise_week,
+            self.slot_ticks_week,
+            1.0 / (PROFILE_MEMORY * self.slot_ticks_week),
+            (1.0 - PROFILE_EXPECTILE) / PROFILE_EXPECTILE,
+        )
 
     def _learn_slot(
         self,

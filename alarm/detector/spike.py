@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from alarm.config import SpikeRule
+from alarm.detector import fused
 from alarm.detector.seasonal import DAY, Prediction, SeasonalBaseline
 from alarm.detector.tail import TailBank, target_rate
 
@@ -93,6 +94,21 @@ class SizeLevel:
         return np.where(use, self.hour[hour].astype(np.float64), self.overall)
 
     def learn(self, x: np.ndarray, written: np.ndarray, hour: int, level: np.ndarray) -> None:
+        native = fused.native()
+        if native is not None:
+            slots = (self.hour[hour], self.hour_n[hour])
+            native.size_learn(
+                x,
+                written,
+                level,
+                self.alpha_slot,
+                self.overall,
+                self.count,
+                self.spread,
+                *slots,
+                self.age,
+            )
+            return
         w = written
         n1 = self.count + 1.0
         bound = HUBER * self.spread

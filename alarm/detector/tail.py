@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from alarm.detector import fused
+
 LEVEL = 0.97  # quantile of the residual above which an incident begins
 U_STEP = 0.01  # SA step of u0, in spreads
 DAYS = 14  # days of peaks kept
@@ -137,6 +139,13 @@ class TailBank:
         ``breach`` whether the row's residual passed ``threshold()``."""
         self._roll(now)
         self.age += seconds
+        native = fused.native()
+        if native is not None:
+            ended = np.empty(self.u0.size, dtype=bool)
+            args = (r, judged, breach, self.run, self.u0, self.spread, self.seen, self.open)
+            if native.tail_step(*args, self.peak, self.quiet, self.anomalous, ended):
+                self._end(np.flatnonzero(ended))
+            return
         # In place, and rows not judged this tick step by 0: a tick at 100k rows is a few
         # dozen passes over 300k values, so every temporary array counts.
         f32 = np.float32
@@ -177,13 +186,16 @@ class TailBank:
         np.copyto(self.quiet, 0, where=exceed)
         ended = self.open & (self.quiet >= self.run)
         if ended.any():
-            rows = np.flatnonzero(ended)
-            peak = self.peak[rows]
-            # An anomaly is kept at the threshold it crossed (see the module docstring).
-            peak = np.where(self.anomalous[rows], np.minimum(peak, self.z[rows]), peak)
-            self._keep(rows, peak)
-            self.open[rows] = False
-            self.anomalous[rows] = False
+            self._end(np.flatnonzero(ended))
+
+    def _end(self, rows: np.ndarray) -> None:
+        """Incidents that ended: keep their peaks."""
+        peak = self.peak[rows]
+        # An anomaly is kept at the threshold it crossed (see the module docstring).
+        peak = np.where(self.anomalous[rows], np.minimum(peak, self.z[rows]), peak)
+        self._keep(rows, peak)
+        self.open[rows] = False
+        self.anomalous[rows] = False
 
     def restore_days(self, days: object) -> None:
         """The saved ``day`` (which day each block holds), if it has the expected shape."""

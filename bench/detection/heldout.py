@@ -356,8 +356,15 @@ def code_path() -> str:
         pass
     return (
         f"capalarm {version}, git {sha}; `{where_s}`: run_backtest on write-event JSON lines "
-        f"(the events-jsonl reader; the native kernel-log scanner is not on this path)"
+        f"(the events-jsonl reader; the native kernel-log scanner is not on this path); "
+        f"detector: {fused_path()}"
     )
+
+
+def fused_path() -> str:
+    from alarm.detector import fused
+
+    return fused.code_path()
 
 
 def family_rows(columns: list[tuple[str, score.FleetScore]]) -> list[list[str]]:
