@@ -19,8 +19,9 @@ Each statistic's residual (statistic minus level) has its own tail, declustered 
 incidents; the rule's budget of false pages is split between the three, and the rule fires
 when any judged statistic passes its threshold.  Until a statistic's tail is known it does not
 judge (the surface is *learning*; budgets and the beacon rule protect it meanwhile); a
-configured ``absolute_bytes_per_second`` is a spike from the first tick.  What is learned is
-never what was judged anomalous, so an attack does not teach the next one in.
+configured ``absolute_bytes_per_second`` is a spike from the first tick.  The levels never
+learn what was judged anomalous, and the tails learn an anomaly at most ``max_learn_up``
+times its threshold, so an attack cannot teach the next one in at more than that factor.
 """
 
 from __future__ import annotations
@@ -171,8 +172,14 @@ class SpikeModel:
         rate_t = np.array([target_rate(r.false_alarms_per_week, m) for r in rules])
         runs = np.repeat([max(1, round(run / tick)) for run in RUN_SECONDS], n)
         # One bank for the three statistics, row-major by statistic: [size | 5m | 30m].
+        teach_max = np.log([r.max_learn_up for r in rules])
         self.tail = TailBank(
-            m * n, runs, np.tile(rate_t, m), np.tile(top, m), np.tile(min_seconds, m)
+            m * n,
+            runs,
+            np.tile(rate_t, m),
+            np.tile(top, m),
+            np.tile(min_seconds, m),
+            np.tile(teach_max, m),
         )
 
     def nbytes(self) -> int:

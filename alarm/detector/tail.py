@@ -22,9 +22,12 @@ Per row, for one statistic ``r`` (a residual: the statistic minus its seasonal l
   of ``rate_t`` incidents per second is ``z = u + sigma/xi ((rate_t/rate_u)^-xi - 1)``: SPOT's
   ``z_q`` with the exceedance probability of a tick replaced by the rate of incidents, which
   is what a pager counts.
-- *Anomalies.*  An incident that crossed the threshold is kept at the threshold, not at its
-  peak (SPOT discards anomalies): one attack does not raise the bar for the next, yet a
-  legitimate event that recurs stops paging once it has been seen a few times.
+- *Anomalies.*  An incident that crossed the threshold is kept at most ``teach_max`` above it
+  (log space: ``max_learn_up`` times the threshold), not at its peak, and not discarded as
+  SPOT discards anomalies: one attack raises the bar for the next by at most that factor, the
+  bound every learned level of the spike rule keeps (seasonal.py), while a legitimate event
+  that recurs (a cache's warm-ups, a weekly job's bursts) is learned after one or two pages
+  instead of paging until a pile of peaks at the threshold has pushed it up.
 
 A row *judges* once it keeps ``top`` peaks and has ``min_seconds`` of observation: before that
 its tail is not known and it raises nothing (the budgets and the beacon rule protect it).
@@ -91,11 +94,14 @@ class TailBank:
         rate_t: np.ndarray,
         top: np.ndarray,
         min_seconds: np.ndarray,
+        teach_max: np.ndarray,
     ):
         self.run = np.asarray(run_ticks, dtype=np.int64)  # judged ticks an incident outlasts
         self.rate_t = np.asarray(rate_t, dtype=np.float64)  # target incidents per second
         self.top = np.asarray(top, dtype=np.int64)  # peaks the fit uses
         self.min_seconds = np.asarray(min_seconds, dtype=np.float64)
+        # How far above the threshold an anomaly's peak is kept (see the module docstring).
+        self.teach_max = np.asarray(teach_max, dtype=np.float64)
         # float32 like the kept peaks: the residuals are log-magnitudes of a few units, far
         # coarser than float32's 1e-7, and half the bytes are half the time at 300k rows.
         f32 = np.float32
@@ -191,8 +197,10 @@ class TailBank:
     def _end(self, rows: np.ndarray) -> None:
         """Incidents that ended: keep their peaks."""
         peak = self.peak[rows]
-        # An anomaly is kept at the threshold it crossed (see the module docstring).
-        peak = np.where(self.anomalous[rows], np.minimum(peak, self.z[rows]), peak)
+        # An anomaly is kept at most teach_max above the threshold it crossed (see the module
+        # docstring).
+        cap = self.z[rows] + self.teach_max[rows]
+        peak = np.where(self.anomalous[rows], np.minimum(peak, cap), peak)
         self._keep(rows, peak)
         self.open[rows] = False
         self.anomalous[rows] = False
