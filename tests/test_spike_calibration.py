@@ -1,6 +1,7 @@
 """Calibrated spike thresholds: the tail fit is libspot's (the SPOT paper's author's library),
 the false-page rate follows the setting, an intermittent writer's ordinary writes are not
-spikes, a real burst is one within two ticks, and nothing is judged while the tail is unknown."""
+spikes, a real burst is one within two ticks, nothing is judged while the tail is unknown, and
+an anomaly is learned only up to max_learn_up above its threshold."""
 
 from __future__ import annotations
 
@@ -121,3 +122,42 @@ def test_nothing_is_judged_while_the_tail_is_unknown_but_an_absolute_rate_is():
     assert not hits[:, 0].any()  # learning: the spike rule does not judge
     assert hits[-1, 1] and hits[:-1, 1].sum() == 0  # but the absolute rate is a spike
     assert all(math.isinf(z) for z in model.tail.threshold())
+
+
+def _warm_ups(rng: np.random.Generator, model: SpikeModel, times: int) -> list[bool]:
+    """Three calm days, then ``times`` warm-ups of 40x for five ticks, twelve hours apart;
+    whether each paged."""
+    calm = intermittent(rng, 3 * DAY, 0.5, 2_000, 0.4)
+    run(model, calm)
+    paged, t = [], 3 * DAY
+    for _ in range(times):
+        gap = intermittent(rng, DAY // 2, 0.5, 2_000, 0.4)
+        gap[:5] = 2_000 * 40 * np.exp(0.4 * rng.standard_normal(5))
+        paged.append(bool(run(model, gap, start=t)))
+        t += DAY // 2
+    return paged
+
+
+def test_a_recurring_warm_up_is_learned_after_a_page_or_two():
+    # A cache's warm-up far above the threshold: kept at the threshold (the old rule) the tail
+    # never learned its size and every warm-up paged; kept up to max_learn_up above it, the
+    # third and later warm-ups are ordinary.
+    model = SpikeModel([SpikeRule()], TICK)
+    paged = _warm_ups(np.random.default_rng(21), model, 6)
+    assert paged[0], "the first warm-up is a spike: nothing like it was seen"
+    assert not any(paged[2:]), paged
+
+
+def test_an_anomaly_raises_the_bar_by_at_most_max_learn_up():
+    rng = np.random.default_rng(23)
+    model = SpikeModel([SpikeRule(max_learn_up=4.0)], TICK)
+    run(model, intermittent(rng, 3 * DAY, 0.5, 2_000, 0.4))
+    z_before = float(model.tail.z[0])  # the size statistic's threshold (residual, log space)
+    assert math.isfinite(z_before)
+    huge = intermittent(rng, 60, 1.0, 2_000, 0.4)
+    huge[:3] = 2_000 * 10_000.0  # an attack 10,000x the level: a residual ~9 above it
+    assert run(model, huge, start=3 * DAY)
+    kept = model.tail.kept[0]
+    assert np.isfinite(kept).any()
+    # Learned above its threshold (a warm-up must be learnable), but no more than 4x above it.
+    assert z_before + 1.0 < kept.max() <= float(model.tail.z[0]) + math.log(4.0) + 1e-5
