@@ -161,3 +161,26 @@ def test_an_anomaly_raises_the_bar_by_at_most_max_learn_up():
     assert np.isfinite(kept).any()
     # Learned above its threshold (a warm-up must be learnable), but no more than 4x above it.
     assert z_before + 1.0 < kept.max() <= float(model.tail.z[0]) + math.log(4.0) + 1e-5
+
+
+def test_the_onset_score_grades_incident_highs_only():
+    # NAB's sweep reads a score per row: above 1/2 where a spike passes its threshold, and
+    # nothing on the ticks of an incident that do not raise it (its averages decaying).
+    rng = np.random.default_rng(5)
+    model = SpikeModel([SpikeRule()], TICK)
+    run(model, intermittent(rng, 3 * DAY, 0.5, 2_000, 0.4))
+    burst = intermittent(rng, 30, 1.0, 2_000, 0.4)
+    burst[:3] = 2_000 * 50.0  # thirty seconds of 50x, then ordinary writes again
+    scores = []
+    for i, b in enumerate(burst, 3 * DAY):
+        nbytes = np.array([b])
+        j = model.judge(T0 + i * TICK, nbytes)
+        model.learn(j, T0 + i * TICK, nbytes, TICK)
+        scores.append(float(model.onset_score(j)[0]))
+    assert scores[0] > 0.5  # the burst: past its threshold
+    # After it the averages stay above their thresholds for many minutes inside their
+    # incidents; only the ticks that raise an incident score (a per-tick tail score scored
+    # every one of them: every row an NAB false positive).
+    after = scores[4:]
+    assert sum(x > 0 for x in after) <= len(after) // 2, after
+    assert min(scores) >= 0.0 and max(scores) < 1.0

@@ -326,6 +326,13 @@ class Detector:
             seasonal_judged=bool(self.relative.judged[row]),
         )
 
+    def spike_onset_scores(self) -> np.ndarray:
+        """Every row's graded spike verdict for the last tick, at incident highs only
+        (SpikeModel.onset_score); 0 where the rule does not judge."""
+        if self._judgement is None:
+            return np.zeros(len(self.keys))
+        return self.spike.onset_score(self._judgement)
+
     def last_tick_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every row's last tick, as copies: its rate (bytes/s), its spike threshold (NaN
         where the rule does not judge) and its budget excess over tolerance on the horizon

@@ -251,6 +251,28 @@ class SpikeModel:
         self.size.learn(j.log_bytes, written, hour, j.size_level)
         self.baseline.learn(np.where(calm, self.rates[-1], j.level.baseline), j.level, settled)
 
+    def onset_score(self, j: SpikeJudgement) -> np.ndarray:
+        """Per row, a graded form of the rule's verdict for scorers that sweep a threshold
+        (NAB): for each judged statistic whose incident reached a new high this tick (it
+        began, or passed its running peak), how far into its calibrated tail the residual
+        lies, ``x = (r - z) / sigma``: the logistic ``1 / (1 + e^-x)`` below the threshold
+        (1/2 at it), ``1 - 1 / (2 + x)`` above it (the same slope at 0, and never rounding
+        to 1.0, so strong spikes stay ordered).  The largest over the statistics; 0 where
+        none judges or none rose.  Call after ``learn``: an incident's running peak is then
+        this tick's residual exactly where the tick set it.  Ticks inside an incident that
+        do not raise it score 0, as a pager pages once per incident, not once per tick."""
+        tail = self.tail
+        out = np.zeros(j.breach.size)
+        per = self._per_statistic
+        rose = per(tail.open) & (per(tail.peak) == j.residuals.astype(np.float32)) & j.judged
+        for r, ok, z, scale in zip(j.residuals, rose, j.thresholds, per(tail.sigma), strict=True):
+            ok = ok & np.isfinite(z) & (scale > 0)
+            x = np.where(ok, (r - z) / np.where(ok, scale, 1.0), 0.0)
+            below = 0.5 * (1.0 + np.tanh(0.5 * np.minimum(x, 0.0)))
+            score = np.where(x > 0, 1.0 - 1.0 / (2.0 + np.maximum(x, 0.0)), below)
+            np.maximum(out, np.where(ok, score, 0.0), out=out)
+        return out
+
     def figures(self, row: int, j: SpikeJudgement | None) -> dict[str, float | bool | str]:
         """Per statistic: its threshold in bytes/s where it judges."""
         out: dict[str, float | bool | str] = {}

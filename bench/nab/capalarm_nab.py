@@ -17,6 +17,12 @@ Mapping (documented in docs/nab.md):
   "binary" reading; 1 - threshold / value in the "graded" one (the threshold of the
   statistic that fired), so that NAB's threshold sweep can prefer strong firings over
   marginal ones.
+- a third reading, "onset": the same series through ``Detector`` in-process (the detector the
+  backtest runs, on the same ticks), each tick's ``spike_onset_scores()``: how far into its
+  calibrated tails a statistic lies on the ticks where its incident reaches a new high (1/2
+  at the threshold the rule fires at), 0 on the other ticks of an incident, so NAB's sweep
+  can choose the operating point as it does for every detector on its board, while a spike's
+  slowly decaying averages are not scored row after row.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import numpy as np
 
 from alarm.backtest import run_backtest
 from alarm.config import Config, config_from_dict
+from alarm.detector.engine import Detector
 from bench.nab.scorer import Series, probation_rows
 
 SURFACE = "s"
@@ -93,6 +100,7 @@ class SeriesRun:
     name: str
     binary: np.ndarray  # per-row anomaly score, 1.0 where a spike alert fires
     graded: np.ndarray  # per-row anomaly score, 1 - threshold/value where one fires
+    onset: np.ndarray  # per-row anomaly score, the detector's graded verdict at incident highs
     firings: int
     tick: float
     merged_rows: int  # rows that share a tick with an earlier row (their bytes add up)
@@ -181,11 +189,43 @@ def run_series(series: Series, settings: SpikeSettings) -> SeriesRun:
         name=series.name,
         binary=binary,
         graded=graded,
+        onset=onset_scores(series, settings, enc, row_tick, ticks, first_row),
         firings=firings,
         tick=enc.tick,
         merged_rows=int(len(row_tick) - ticks.size),
         seconds=seconds,
     )
+
+
+def onset_scores(
+    series: Series,
+    settings: SpikeSettings,
+    enc: Encoding,
+    row_tick: np.ndarray,
+    ticks: np.ndarray,
+    first_row: np.ndarray,
+) -> np.ndarray:
+    """Every tick from the first row's to the last (gaps are quiet ticks, as in the
+    backtest) through the detector; each tick's score lands on its first row."""
+    _, nbytes = encode(series)
+    t0 = int(ticks[0])
+    span = int(ticks[-1]) - t0 + 1
+    per_tick = np.bincount(row_tick - t0, weights=nbytes, minlength=span)
+    events = np.bincount(row_tick - t0, minlength=span).astype(np.float64)
+    det = Detector(
+        make_config(settings, enc.tick), [("egress", SURFACE), ("egress", "unclassified")]
+    )
+    scores = np.zeros(span)
+    zero = np.zeros(1)
+    for k in range(span):
+        now = (t0 + k + 1) * enc.tick
+        b = np.concatenate([per_tick[k : k + 1], zero])
+        e = np.concatenate([events[k : k + 1], zero])
+        det.evaluate_arrays(now, enc.tick, b, e, lambda _row: [])
+        scores[k] = det.spike_onset_scores()[0]
+    out = np.zeros(len(series.values))
+    out[first_row] = scores[ticks - t0]
+    return out
 
 
 def _run_one(args: tuple[Series, SpikeSettings]) -> SeriesRun:
@@ -204,5 +244,5 @@ def run_many(
 
 
 def scores_of(runs: Mapping[str, SeriesRun], reading: str) -> dict[str, np.ndarray]:
-    """``reading``: binary or graded (the module docstring)."""
+    """``reading``: binary, graded or onset (the module docstring)."""
     return {n: getattr(r, reading) for n, r in runs.items()}

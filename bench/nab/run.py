@@ -148,6 +148,7 @@ def corpus_table(bench: Benchmark, workers: int, repeat: int, sensitivity: bool)
     ours: dict[str, dict[str, dict[str, np.ndarray]]] = {
         "capalarm (defaults, binary)": scores_of(runs, "binary"),
         "capalarm (defaults, graded)": scores_of(runs, "graded"),
+        "capalarm (defaults, onset)": scores_of(runs, "onset"),
     }
     if sensitivity:
         for fa in SENSITIVITY:
