@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
-# The capalarm image: a build stage compiles the package with its C scanner
-# (alarm/collectors/kernel/_fastscan.c), the runtime stage is slim and runs as a non-root user.
+# The capalarm image: a build stage compiles the package with its C parts (the kernel scanner,
+# alarm/collectors/kernel/_fastscan.c, and the detector's loops, alarm/detector/_fused.c), the
+# runtime stage is slim and runs as a non-root user.
 #
 #   docker build -t capalarm:0.1.0 .
 #
@@ -17,11 +18,11 @@ WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY alarm ./alarm
 COPY exporters ./exporters
-# setup.py marks the extension optional (a host without a compiler still installs); here the
-# compiler is present, so a missing scanner is a broken build: check that it imports.
+# setup.py marks the extensions optional (a host without a compiler still installs); here the
+# compiler is present, so a missing one is a broken build: check that both import.
 RUN python -m venv /opt/capalarm \
  && /opt/capalarm/bin/pip install --no-cache-dir . \
- && /opt/capalarm/bin/python -c "import alarm.collectors.kernel._fastscan"
+ && /opt/capalarm/bin/python -c "import alarm.collectors.kernel._fastscan, alarm.detector._fused"
 
 FROM ${PYTHON_IMAGE}
 # journalctl: `type: auto` sources read the host journal where /dev/kmsg cannot be opened
