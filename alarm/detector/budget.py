@@ -214,10 +214,9 @@ class BudgetBank:
         declared = m.declared if m.declared is not None else np.zeros(cells, dtype=bool)
         fixed = (m.rise_floor, m.k_floor, m.allowance_floor, m.tolerance_floor, m.margin_seconds)
         fixed += (self.declared_allowance, self.declared_tolerance)
-        # Written in place: three fresh arrays of cells each tick are page faults at 100k rows.
-        out = [self.allowance, self.tolerance, self._inv_tolerance]
-        if any(a.shape != cells or not a.flags.c_contiguous for a in out):
-            out = [np.empty(cells) for _ in range(3)]
+        # Written in place (both paths keep them C-contiguous float64 of the cells' shape):
+        # three fresh arrays of cells each tick are page faults at 100k rows.
+        out = (self.allowance, self.tolerance, self._inv_tolerance)
         projected, ratio = np.empty(bits.size), np.empty(bits.size)
         native.budget_step(
             np.ascontiguousarray(bits, dtype=f64),
@@ -237,7 +236,6 @@ class BudgetBank:
             projected,
             ratio,
         )
-        self.allowance, self.tolerance, self._inv_tolerance = out
         self._following = m.following
         return projected, ratio
 

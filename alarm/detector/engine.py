@@ -31,8 +31,8 @@ from alarm.detector.tail import TailBank
 from alarm.detector.views import SurfaceFigures, SurfaceMap
 from alarm.surfaces import SurfaceKey
 
-# Up to this many aggregates are summed through a dense (aggregates x members) indicator
-# matrix (see Detector.__init__); more, by bincount.
+# Up to this many aggregates are summed one by one over their members (a slice where they are
+# contiguous; see Detector.__init__); more, by bincount.
 AGGREGATES_BY_SELECTION = 8
 
 log = logging.getLogger("capalarm.detector")
