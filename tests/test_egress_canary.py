@@ -17,7 +17,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
-from alarm.collectors.kernel.canary import PAYLOAD, CanaryClaims, EgressCanarySettings
+from alarm.collectors.kernel.canary import (
+    PAYLOAD,
+    CanaryClaims,
+    EgressCanary,
+    EgressCanarySettings,
+)
 from alarm.collectors.kernel.fence import FenceReader
 from alarm.collectors.kernel.records import KernelRecord
 from alarm.collectors.kernel.synthetic import fence_line
@@ -91,6 +96,33 @@ def test_a_canary_past_its_deadline_is_missed_and_its_late_record_is_a_write():
     assert [o.sport for o in claims.expire(time.time(), 2.0)] == [61_111]
     assert claims.missed == 1 and not claims.expecting()
     assert written(reader.read([canary_record(61_111)])) == LENGTH
+
+
+async def test_a_canary_read_before_its_send_returns_is_still_the_canary():
+    """The kernel logs the datagram as it is sent and the reader (a worker thread) may read
+    the record before the sending task resumes: the canary must be outstanding by then, or
+    its 44 bytes land in a surface as a write."""
+    from types import SimpleNamespace
+
+    reader = FenceReader((PREFIX,), require_trusted=True, tick=1.0)
+    collector = SimpleNamespace(reader=reader, health=SimpleNamespace(up=True, blind=""))
+    canary = EgressCanary(
+        EgressCanarySettings(address="127.0.0.1", port=9), lambda: {"kernel": collector}
+    )
+    watched = canary.attach()
+    reads = []
+    send = canary._bind_and_send
+
+    def send_then_read_at_once(claim):
+        sport = send(claim)
+        reads.append(reader.read([canary_record(sport, dst="127.0.0.1")]))
+        return sport
+
+    canary._bind_and_send = send_then_read_at_once
+    await canary.send(watched)
+    claims = canary.claims["kernel"]
+    assert canary.sent == 1 and claims.seen == 1 and not claims.expecting()
+    assert written(reads[0]) == 0
 
 
 def test_the_config_names_what_is_wrong():

@@ -119,6 +119,11 @@ class CanaryClaims:
         with self._lock:
             self._outstanding[sport] = Outstanding(sport, sent_at)
 
+    def withdraw(self, sport: int) -> None:
+        """A canary that was never sent (the send failed after its claim was made)."""
+        with self._lock:
+            self._outstanding.pop(sport, None)
+
     def expire(self, now: float, deadline: float) -> list[Outstanding]:
         """Canaries not read within ``deadline``: forgotten (their records, should they still
         come, are ordinary writes) and returned."""
@@ -253,8 +258,11 @@ class EgressCanary:
         return watched
 
     # -- sending -------------------------------------------------------------------------
-    def _bind_and_send(self) -> int:
-        """One canary from a fresh socket bound to a random source port of the range."""
+    def _bind_and_send(self, claim: Callable[[int, float], None]) -> int:
+        """One canary from a fresh socket bound to a random source port of the range.
+        ``claim(sport, sent_at)`` runs between bind and send: the kernel logs the datagram as
+        it is sent, and the reader may read the record before this call returns, so the
+        canary must be outstanding already or its record would be counted as a write."""
         lo, hi = self.settings.source_ports
         s = socket.socket(self.family, socket.SOCK_DGRAM)
         try:
@@ -266,6 +274,7 @@ class EgressCanary:
                 except OSError:
                     if attempt == BIND_TRIES - 1:
                         raise
+            claim(sport, time.time())
             s.sendto(PAYLOAD, (self.settings.address, self.settings.port))
             return sport
         finally:
@@ -275,13 +284,27 @@ class EgressCanary:
         up = [name for name, c in watched.items() if c.health.up]
         if not up:
             return  # a source that is not reading is source_down already
+        claims = [self.claims[name] for name in up]
+        claimed: list[int] = []
+
+        def claim(sport: int, sent_at: float) -> None:
+            claimed.append(sport)
+            for c in claims:
+                c.add(sport, sent_at)
+
+        def bind_and_send() -> int:
+            return self._bind_and_send(claim)
+
         now = time.time()
         try:
             if self.settings.netns:
-                sport = await in_netns(self.settings.netns, self._bind_and_send)
+                await in_netns(self.settings.netns, bind_and_send)
             else:
-                sport = await asyncio.to_thread(self._bind_and_send)
+                await asyncio.to_thread(bind_and_send)
         except OSError as exc:
+            for sport in claimed:
+                for c in claims:
+                    c.withdraw(sport)
             self.send_errors += 1
             self.last_error = f"cannot send the egress canary: {exc.strerror or exc}"
             log.error("%s", self.last_error)
@@ -290,8 +313,6 @@ class EgressCanary:
             return
         self.sent += 1
         self.last_sent = now
-        for name in up:
-            self.claims[name].add(sport, now)
 
     # -- judging -----------------------------------------------------------------------
     def _set_blind(self, name: str, collector: Any, why: str) -> None:
