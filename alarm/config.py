@@ -332,6 +332,9 @@ class AggregateRule(Strict):
     enabled: bool = True
     min_members: int = Field(4, ge=2)  # fewer members: the aggregate only repeats them
     share: float = Field(0.5, gt=0, le=1)
+    # The members statistic of the aggregate's spike rule: many members each writing more per
+    # write than their own normal at once (alarm/detector/swarm.py).
+    members: bool = True
     spike: SpikeRule = SpikeRule()
     budget: BudgetRule | None = None
 

@@ -463,6 +463,7 @@ def _surface_view(
         beacon_state=None if beacon is None else int(beacon),
         learning=learning,
         budget_misconfigured=bool(det.budget.misconfigured[row]),
+        **det.members_shift_of(row),
     )
 
 

@@ -40,6 +40,10 @@ class SurfaceView:
     learning: bool = False
     # A declared budget that fired on ordinary traffic for a day: now judging what is on top.
     budget_misconfigured: bool = False
+    # Aggregates only (None elsewhere, or where it is off): the members statistic and its
+    # threshold (0 while not judged), alarm/detector/swarm.py.
+    members_shift: float | None = None
+    members_shift_threshold: float | None = None
 
 
 @dataclass(slots=True)

@@ -119,6 +119,29 @@ def spike_families(snap: Snapshot) -> Iterable[Columns]:
     )
 
 
+def members_families(snap: Snapshot) -> Iterable[Metric]:
+    """The aggregates' members statistic (alarm/detector/swarm.py), on aggregate rows only."""
+    rows = [s for s in snap.surfaces if s.members_shift is not None]
+    for name, doc, value in (
+        (
+            "members_shift",
+            "An aggregate's members statistic: how far its members write above their own "
+            "normal size per write, combined over members and the last minutes (about N(0,1) "
+            "on ordinary traffic).",
+            lambda s: s.members_shift,
+        ),
+        (
+            "members_shift_threshold",
+            "The members statistic's calibrated threshold (0 while it does not judge).",
+            lambda s: s.members_shift_threshold,
+        ),
+    ):
+        fam = GaugeMetricFamily(f"capalarm_aggregate_{name}", doc, labels=["kind"])
+        for s in rows:
+            fam.add_metric([s.kind], value(s))
+        yield fam
+
+
 def budget_families(snap: Snapshot) -> Iterable[Columns]:
     """The capacity budgets: the first horizon's figures, every horizon, the seasonal one."""
     g = "gauge"
@@ -382,6 +405,7 @@ def render(
         *service_families(snap),
         *surface_families(snap),
         *spike_families(snap),
+        *members_families(snap),
         *budget_families(snap),
         *alert_families(snap),
         *source_families(snap),

@@ -27,6 +27,7 @@ from alarm.detector.relative import RelativeBank
 from alarm.detector.rows import AGGREGATE, plan_rows
 from alarm.detector.seasonal import Prediction, SeasonalBaseline
 from alarm.detector.spike import STATISTICS, SizeLevel, SpikeJudgement, SpikeModel
+from alarm.detector.swarm import MemberShift
 from alarm.detector.tail import TailBank
 from alarm.detector.views import SurfaceFigures, SurfaceMap
 from alarm.surfaces import SurfaceKey
@@ -58,6 +59,7 @@ SLOW_ARRAYS = frozenset(
         "relative.level_n",
         # The tails' kept peaks change only when an incident ends, and are 1 kB a surface.
         "spike.tail.kept",
+        "swarm.tail.kept",
     }
 )
 # An aggregate's alert names the members that wrote most in the tick, with their contributors.
@@ -93,7 +95,9 @@ class Detector:
         self.targets = plan.targets
         n = len(self.keys)
 
-        self.spike = SpikeModel(plan.spike, config.tick)
+        m = len(STATISTICS)
+        shares = [m] * plan.members + [m + int(on) for on in plan.members_statistic]
+        self.spike = SpikeModel(plan.spike, config.tick, shares)
         self.baseline = self.spike.baseline  # the rate level (what drop and figures read)
         self.budget = BudgetBank(plan.budget, config.tick, plan.derived, plan.floors)
         self.relative = RelativeBank(plan.budget, config.tick)
@@ -150,6 +154,16 @@ class Detector:
         self._agg_members: list[slice | np.ndarray] | None = None
         if 0 < self._agg_count <= AGGREGATES_BY_SELECTION:
             self._agg_members = [_as_slice(np.asarray(m)) for m in plan.aggregate_of]
+        # The aggregates' members statistic (swarm.py), one more statistic of their spike rule.
+        self.swarm = MemberShift(
+            n,
+            self._agg_members or plan.aggregate_of,
+            plan.spike[self.members :],
+            plan.members_statistic,
+            config.tick,
+            m + 1,
+        )
+        self._swarm_breach = np.zeros(self._agg_count, dtype=bool)
 
         # Last tick's figures, per row.
         self._rate = np.zeros(n)
@@ -211,6 +225,15 @@ class Detector:
             # or overrun a second time.
             self._suppress_aggregates(spike_breach)
             self._suppress_aggregates(budget_breach)
+            # The members statistic is not suppressed: no member alone can carry it (each
+            # counts at most swarm.HUBER of its spreads), so it says what no member says.
+            n = self.members
+            size = self.spike.size
+            self._swarm_breach, swarm_clear = self.swarm.judge(
+                judgement.residuals[0][:n], self.spike.size_known(judgement)[:n], size.spread[:n]
+            )
+            spike_breach[n:] |= self._swarm_breach
+            judgement.clear[n:] &= swarm_clear
 
         changes: list[AlertChange] = []
         spike_changes = self.spike_alerts.step(now, tick, spike_breach, judgement.clear)
@@ -230,6 +253,8 @@ class Detector:
         beacon = self.beacon.update(round(now / tick), b)
         for row, prev, new in self.beacon_alerts.step(now, tick, beacon, ~beacon):
             changes.append(self._change(row, "beacon", prev, new, now, contributors))
+        if self._agg_count:
+            self.swarm.learn(now, tick, self.spike.settled()[self.members :])
         self.spike.learn(judgement, now - tick, b, tick)
         return changes
 
@@ -412,6 +437,8 @@ class Detector:
                 f"wrote {f.rate:,.0f} B/s against a baseline of {f.baseline:,.0f} B/s "
                 f"(x{ratio:,.1f}; threshold {threshold:,.0f} B/s)"
             )
+            if aggregate:
+                what = self._members_figures(row - self.members, figures) or what
         elif seasonal_binds:
             value, threshold = seasonal["excess_score"], seasonal["tolerance_score"]
             level = seasonal["seasonal_level_bits_per_second"]
@@ -455,6 +482,35 @@ class Detector:
             contributors=[(c, b) for c, b, _ in evidence],
             receipts={c: r for c, _, r in evidence if r},
             summary=summary,
+        )
+
+    def members_shift_of(self, row: int) -> dict[str, float]:
+        """An aggregate row's members statistic and its threshold (0 while not judged);
+        nothing for a member row or where the statistic is off."""
+        j = row - self.members
+        if j < 0 or not self.swarm.enabled[j]:
+            return {}
+        threshold = float(self.swarm.threshold()[j])
+        return {
+            "members_shift": float(self.swarm.score[j]),
+            "members_shift_threshold": threshold if math.isfinite(threshold) else 0.0,
+        }
+
+    def _members_figures(self, j: int, figures: dict[str, Any]) -> str | None:
+        """The members statistic's figures on aggregate ``j``; what it says when it is what
+        fired (None otherwise)."""
+        swarm = self.swarm
+        figures |= self.members_shift_of(self.members + j)
+        if not self._swarm_breach[j]:
+            return None
+        score, threshold = float(swarm.score[j]), float(swarm.threshold()[j])
+        shifted = swarm.top_members(j, AGGREGATE_EVIDENCE_MEMBERS)
+        figures["statistic"] = "members"
+        figures["members_shifted"] = [self.targets[i] for i in shifted]
+        return (
+            f"members write more per write than their own normal, many at once (members "
+            f"shift {score:,.1f}, threshold {threshold:,.1f}; furthest above: "
+            f"{', '.join(self.keys[i][1] for i in shifted) or 'none'})"
         )
 
     def _aggregate_evidence(
@@ -555,6 +611,10 @@ class Detector:
         for a in TailBank.STATE:
             flat = getattr(self.spike.tail, a)
             out[f"spike.tail.{a}"] = np.moveaxis(flat.reshape(m, -1, *flat.shape[1:]), 1, -1)
+        out |= {f"swarm.{a}": getattr(self.swarm, a) for a in MemberShift.STATE}
+        # The members statistic's tail has one row per aggregate (rows last, as above).
+        for a in TailBank.STATE:
+            out[f"swarm.tail.{a}"] = np.moveaxis(getattr(self.swarm.tail, a), 0, -1)
         out |= {f"budget.{a}": getattr(self.budget, a) for a in BudgetBank.STATE}
         out |= {f"relative.{a}": getattr(self.relative, a) for a in RelativeBank.STATE}
         out |= {f"beacon.{a}": getattr(self.beacon, a) for a in BeaconBank.STATE}
@@ -577,6 +637,7 @@ class Detector:
             + self.budget.nbytes()
             + self.relative.nbytes()
             + self.beacon.nbytes()
+            + self.swarm.nbytes()
             + sum(bank.nbytes() for bank in self.alert_banks.values())
             + sum(a.nbytes for a in figures)
         )
@@ -597,6 +658,7 @@ class Detector:
             "sources": {f"{n}/{r}": m.to_state() for (n, r), m in self.source_alerts.items()},
             # Which day each block of the spike tails' kept peaks holds (shared by all rows).
             "tail_days": self.spike.tail.day.tolist(),
+            "swarm_tail_days": self.swarm.tail.day.tolist(),
         }
 
     def state_arrays(self, group: str) -> dict[str, np.ndarray]:
@@ -646,11 +708,19 @@ class Detector:
             dtype=bool,
         )
         budget_pairs = (pairs[0][same], pairs[1][same])
+        saved_keys = header.get("keys")
+        aggregate_pairs = persist.match_rows(
+            [k for k in saved_keys if str(k).endswith(f"/{AGGREGATE}")],
+            self.targets[self.members :],
+        )
         for name, target in self._state_arrays().items():
             if name in arrays:
                 use = budget_pairs if name.startswith("budget.") else pairs
+                if name.startswith("swarm.tail."):
+                    use = aggregate_pairs
                 persist.restore_rows(target, arrays[name], use)
         self.spike.tail.restore_days(header.get("tail_days"))
+        self.swarm.tail.restore_days(header.get("swarm_tail_days"))
         return changes
 
     def _removed_rows(

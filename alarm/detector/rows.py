@@ -40,6 +40,8 @@ class RowPlan:
     meta_bits: np.ndarray
     # For aggregate row members + j: the member rows it sums (as an index array).
     aggregate_of: list[np.ndarray]
+    # For aggregate row members + j: whether its spike rule has the members statistic.
+    members_statistic: list[bool]
 
     @property
     def targets(self) -> list[str]:
@@ -70,6 +72,7 @@ def plan_rows(config: Config, keys: list[SurfaceKey]) -> RowPlan:
 
     rows = list(keys)
     aggregate_of: list[np.ndarray] = []
+    members_statistic: list[bool] = []
     for kind in sorted({k for k, _ in keys}):
         rule = config.aggregates.get(kind) or AggregateRule()  # type: ignore[call-overload]
         members = np.array([i for i, k in enumerate(keys) if k[0] == kind], dtype=np.int64)
@@ -77,6 +80,7 @@ def plan_rows(config: Config, keys: list[SurfaceKey]) -> RowPlan:
             continue
         rows.append((kind, AGGREGATE))
         aggregate_of.append(members)
+        members_statistic.append(rule.members)
         spike.append(rule.spike)
         budget.append(rule.budget or derived_budget(rule, [budget[i] for i in members]))
         # Learned from what the aggregate carries where its members' are; where members have
@@ -88,7 +92,16 @@ def plan_rows(config: Config, keys: list[SurfaceKey]) -> RowPlan:
     beacon = [b.beacon for b in budget[: len(keys)]]
     beacon += [BeaconRule(enabled=False)] * len(aggregate_of)
     return RowPlan(
-        rows, len(keys), spike, budget, derived, floors, beacon, np.array(meta), aggregate_of
+        rows,
+        len(keys),
+        spike,
+        budget,
+        derived,
+        floors,
+        beacon,
+        np.array(meta),
+        aggregate_of,
+        members_statistic,
     )
 
 

@@ -152,7 +152,9 @@ def _clipped(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarra
 class SpikeModel:
     """The calibrated spike rule for every row."""
 
-    def __init__(self, rules: list[SpikeRule], tick: float):
+    def __init__(self, rules: list[SpikeRule], tick: float, shares: list[int] | None = None):
+        """``shares``: per row, how many statistics split the rule's false-page budget (the
+        three here, and any judged elsewhere for the same rule); None: the three."""
         n = len(rules)
         self.tick = tick
         self.enabled = np.array([r.enabled for r in rules], dtype=bool)
@@ -169,7 +171,10 @@ class SpikeModel:
         m = len(STATISTICS)
         top = np.array([r.min_peaks for r in rules])
         min_seconds = np.array([r.min_history for r in rules])
-        rate_t = np.array([target_rate(r.false_alarms_per_week, m) for r in rules])
+        shares = shares or [m] * n
+        rate_t = np.array(
+            [target_rate(r.false_alarms_per_week, k) for r, k in zip(rules, shares, strict=True)]
+        )
         runs = np.repeat([max(1, round(run / tick)) for run in RUN_SECONDS], n)
         # One bank for the three statistics, row-major by statistic: [size | 5m | 30m].
         teach_max = np.log([r.max_learn_up for r in rules])
@@ -236,10 +241,18 @@ class SpikeModel:
             breach, clear, residuals, judged, thresholds, over, level, size_level, log_bytes
         )
 
+    def settled(self) -> np.ndarray:
+        """Rows observed long enough for their residuals to measure the surface."""
+        return self.size.age * self.tick >= WARMUP_SECONDS
+
+    def size_known(self, j: SpikeJudgement) -> np.ndarray:
+        """Rows whose size residual this tick measures a write against a known level."""
+        return j.judged[0] & self.settled() & (self.size.count >= SIZE_READY)
+
     def learn(self, j: SpikeJudgement, start: float, nbytes: np.ndarray, seconds: float) -> None:
         hour = int((start % DAY) // HOUR)
         r = j.residuals.reshape(-1)
-        settled = self.size.age * self.tick >= WARMUP_SECONDS
+        settled = self.settled()
         judged = j.judged & settled
         judged[0] &= self.size.count >= SIZE_READY
         judged = judged.reshape(-1)
