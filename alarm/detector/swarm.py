@@ -17,11 +17,12 @@ many; and per aggregate the Stouffer combination over its members and the last m
     V_i = the same weights squared (the variance of S_i for residuals of unit variance),
 
 with time constant ``SCALE`` (20 minutes, chosen on the bench's choice seeds: a shorter window
-holds too few writes of members that write in one tick of ten, a longer one answers later).  ``Z`` is large
-when many members write larger than their own normal at the same time, whatever their sizes:
-a member writing 100 B counts as much as one writing 100 kB.  It is one more statistic of the
-aggregate's spike rule, with its own calibrated tail (tail.py) and an equal share of the
-rule's false-page budget, judged once its tail is known, like the other three.
+holds too few writes of members that write in one tick of ten, a longer one answers later).
+``Z`` is large when many members write larger than their own normal at the same time,
+whatever their sizes: a member writing 100 B counts as much as one writing 100 kB.  It is
+one more statistic of the aggregate's spike rule, with its own calibrated tail (tail.py) and
+an equal share of the rule's false-page budget, judged once its tail is known, like the other
+three.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class MemberShift:
         self.sum = np.zeros(rows)
         self.var = np.zeros(rows)
         self.writes = np.zeros(rows)
+        self._u = np.empty(0)
         self.aggregate_of = aggregate_of
         self.enabled = np.array(
             [r.enabled and e for r, e in zip(rules, enabled, strict=True)],
@@ -91,8 +93,13 @@ class MemberShift:
         size level judges this tick, ``spread`` its residuals' spread.  Returns (breach,
         clear) per aggregate."""
         n = residual.size
-        u = np.divide(residual, spread, out=np.zeros(n), where=written)
-        np.clip(u, -HUBER, HUBER, out=u)
+        # In place, over a buffer kept between ticks: at 100k members every pass counts.
+        u = self._u if self._u.size == n else np.empty(n)
+        self._u = u
+        np.divide(residual, spread, out=u)
+        np.minimum(u, HUBER, out=u)
+        np.maximum(u, -HUBER, out=u)
+        u *= written  # a member without a judged write this tick adds nothing
         d = self.decay
         s, v, w = self.sum[:n], self.var[:n], self.writes[:n]
         s *= d
