@@ -526,6 +526,20 @@ def overview() -> dict[str, Any]:
                     "{{kind}} half of hourly allowance",
                 ),
             ),
+            timeseries(
+                "Members writing above their own normal (swarm)",
+                "Per node and kind, the aggregate's members statistic: how far its members write above their own normal size per write, combined over members and the last 20 minutes (about N(0,1) on ordinary traffic), against its calibrated threshold; above it, the aggregate's spike alert fires with statistic members.",
+                "short",
+                Query(
+                    f'max by (instance, kind) (capalarm_aggregate_members_shift{{{SEL}, kind=~"$kind"}})',
+                    "{{instance}} {{kind}}",
+                ),
+                Query(
+                    f'max by (instance, kind) (capalarm_aggregate_members_shift_threshold{{{SEL}, kind=~"$kind"}})',
+                    "{{instance}} {{kind}} threshold",
+                ),
+                w=24,
+            ),
         ],
     )
     variables = [
