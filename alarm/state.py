@@ -167,7 +167,7 @@ class StateStore:
                             name,
                             str(a.dtype),
                             json.dumps(a.shape),
-                            memoryview(np.ascontiguousarray(a)).cast("B"),
+                            _blob(a),
                         )
                         for name, a in arrays.items()
                     ],
@@ -183,3 +183,11 @@ class StateStore:
 
     def close(self) -> None:
         self.db.close()
+
+
+def _blob(a: np.ndarray) -> memoryview | bytes:
+    """An array's bytes without a copy; an empty array (the aggregates' arrays of a detector
+    without aggregates) as no bytes, which memoryview cannot cast."""
+    if a.size == 0:
+        return b""
+    return memoryview(np.ascontiguousarray(a)).cast("B")

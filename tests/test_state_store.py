@@ -24,7 +24,14 @@ def test_groups_round_trip_raw_and_are_replaced_whole(tmp_path):
         {"positions": {"k": 5}},
         groups={
             "slow": ({"keys": ["a", "b", "c"]}, {"day": day, "counts": counts}),
-            "fast": ({"keys": ["a", "b", "c"]}, {"state": np.array([0, 2, 1], dtype=np.int8)}),
+            "fast": (
+                {"keys": ["a", "b", "c"]},
+                {
+                    "state": np.array([0, 2, 1], dtype=np.int8),
+                    # Per-aggregate arrays of a detector without aggregates: no rows at all.
+                    "none": np.zeros((14, 6, 0), dtype=np.float32),
+                },
+            ),
         },
     )
     # A later save of one group replaces that group only, whole (``counts`` is gone).
@@ -41,6 +48,7 @@ def test_groups_round_trip_raw_and_are_replaced_whole(tmp_path):
     assert head == {"keys": ["c"]} and list(arrays) == ["day"]
     assert arrays["day"].dtype == np.float32 and arrays["day"].tolist() == day[:, 2:].tolist()
     assert groups["fast"][1]["state"].tolist() == [0, 2, 1]
+    assert groups["fast"][1]["none"].shape == (14, 6, 0)
     assert "evil" not in groups["fast"][1]
 
 
