@@ -228,9 +228,10 @@ class Detector:
             # The members statistic is not suppressed: no member alone can carry it (each
             # counts at most swarm.HUBER of its spreads), so it says what no member says.
             n = self.members
-            size = self.spike.size
             self._swarm_breach, swarm_clear = self.swarm.judge(
-                judgement.residuals[0][:n], self.spike.size_known(judgement)[:n], size.spread[:n]
+                judgement.residuals[0][:n],
+                self.spike.size_known(judgement, slice(0, n)),
+                self.spike.size.spread[:n],
             )
             spike_breach[n:] |= self._swarm_breach
             judgement.clear[n:] &= swarm_clear
@@ -254,7 +255,7 @@ class Detector:
         for row, prev, new in self.beacon_alerts.step(now, tick, beacon, ~beacon):
             changes.append(self._change(row, "beacon", prev, new, now, contributors))
         if self._agg_count:
-            self.swarm.learn(now, tick, self.spike.settled()[self.members :])
+            self.swarm.learn(now, tick, self.spike.settled(slice(self.members, None)))
         self.spike.learn(judgement, now - tick, b, tick)
         return changes
 
@@ -499,12 +500,11 @@ class Detector:
     def _members_figures(self, j: int, figures: dict[str, Any]) -> str | None:
         """The members statistic's figures on aggregate ``j``; what it says when it is what
         fired (None otherwise)."""
-        swarm = self.swarm
         figures |= self.members_shift_of(self.members + j)
         if not self._swarm_breach[j]:
             return None
-        score, threshold = float(swarm.score[j]), float(swarm.threshold()[j])
-        shifted = swarm.top_members(j, AGGREGATE_EVIDENCE_MEMBERS)
+        score, threshold = figures["members_shift"], figures["members_shift_threshold"]
+        shifted = self.swarm.top_members(j, AGGREGATE_EVIDENCE_MEMBERS)
         figures["statistic"] = "members"
         figures["members_shifted"] = [self.targets[i] for i in shifted]
         return (

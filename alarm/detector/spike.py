@@ -241,13 +241,15 @@ class SpikeModel:
             breach, clear, residuals, judged, thresholds, over, level, size_level, log_bytes
         )
 
-    def settled(self) -> np.ndarray:
-        """Rows observed long enough for their residuals to measure the surface."""
-        return self.size.age * self.tick >= WARMUP_SECONDS
+    def settled(self, rows: slice = slice(None)) -> np.ndarray:
+        """Of ``rows``, those observed long enough for their residuals to measure the
+        surface."""
+        return self.size.age[rows] * self.tick >= WARMUP_SECONDS
 
-    def size_known(self, j: SpikeJudgement) -> np.ndarray:
-        """Rows whose size residual this tick measures a write against a known level."""
-        return j.judged[0] & self.settled() & (self.size.count >= SIZE_READY)
+    def size_known(self, j: SpikeJudgement, rows: slice = slice(None)) -> np.ndarray:
+        """Of ``rows``, those whose size residual this tick measures a write against a known
+        level."""
+        return j.judged[0][rows] & self.settled(rows) & (self.size.count[rows] >= SIZE_READY)
 
     def learn(self, j: SpikeJudgement, start: float, nbytes: np.ndarray, seconds: float) -> None:
         hour = int((start % DAY) // HOUR)

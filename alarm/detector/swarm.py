@@ -34,9 +34,8 @@ import numpy as np
 from alarm.config import SpikeRule
 from alarm.detector.tail import TailBank, target_rate
 
-SCALE = (
-    1200.0  # seconds: the time constant of the members' weighted sums (chosen: docs/detector.md)
-)
+# Seconds: the time constant of the members' weighted sums (chosen: docs/detector.md).
+SCALE = 1200.0
 HUBER = 3.0  # a member's residual counts at most this many of its spreads
 # Written member ticks (in the weighted sum) before an aggregate's Z is judged: fewer, and a
 # handful of writes stand for the whole fleet.
@@ -113,7 +112,7 @@ class MemberShift:
             self.score[j] = float(s[members].sum()) / math.sqrt(total_v) if total_v > 0 else 0.0
             self.judged[j] = float(w[members].sum()) >= MIN_WRITES
         self.judged &= self.enabled
-        threshold = np.where(self.judged, self.tail.threshold(), np.inf)
+        threshold = self.threshold()
         breach = self.score > threshold
         clear = ~self.judged | (self.score <= threshold + self.log_hyst * self.tail.sigma)
         return breach, clear
@@ -125,6 +124,7 @@ class MemberShift:
         self.tail.update(self.score, judged, now, seconds, judged & (self.score > z))
 
     def threshold(self) -> np.ndarray:
+        """Per aggregate, the Z its members must pass (+inf where it does not judge)."""
         return np.where(self.judged, self.tail.threshold(), np.inf)
 
     def top_members(self, j: int, count: int) -> list[int]:
