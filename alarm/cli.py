@@ -99,9 +99,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    config = _load(args.file)
+    # `run` and `backtest` take --config; check-config takes it too, or the file alone.
+    path = args.config or args.file
+    if path is None or (args.config and args.file):
+        fail(EXIT_CONFIG, "check-config: give one config file (FILE or --config FILE)")
+    config = _load(path)
     print(
-        f"{args.file}: ok ({len(config.sources)} sources, {len(config.surfaces)} surfaces, "
+        f"{path}: ok ({len(config.sources)} sources, {len(config.surfaces)} surfaces, "
         f"tick {config.tick:g}s)"
     )
     return 0
@@ -158,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser(
         "check-config", help="validate a config: exit 0, or 2 naming every problem"
     )
-    check.add_argument("file")
+    check.add_argument("file", nargs="?", help="YAML config file")
+    check.add_argument("--config", help="YAML config file (the same as FILE)")
     check.set_defaults(func=cmd_check_config)
 
     demo = sub.add_parser("demo", help="self-contained demo: generated fence traffic with a spike")

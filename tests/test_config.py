@@ -66,6 +66,10 @@ def test_check_config_exit_codes(tmp_path):
     broken.write_text("tick: [unclosed\n")
     run = [sys.executable, "-m", "alarm.cli", "check-config"]
     assert subprocess.run([*run, str(good)], capture_output=True).returncode == 0
+    # The flag `run` and `backtest` take works here too.
+    assert subprocess.run([*run, "--config", str(good)], capture_output=True).returncode == 0
+    res = subprocess.run([*run], capture_output=True, text=True)
+    assert res.returncode == 2 and "give one config file" in res.stderr
     res = subprocess.run([*run, str(bad)], capture_output=True, text=True)
     assert res.returncode == 2
     assert "surfaces[0].match.dport" in res.stderr
