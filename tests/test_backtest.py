@@ -15,6 +15,15 @@ from alarm.config import config_from_dict
 SHARED = Path(__file__).resolve().parents[2] / "shared/data/kernel-fence"
 
 
+def strict_json(line: str):
+    """Parse as RFC 8259 does: no Infinity, -Infinity or NaN (Go's and browsers' parsers)."""
+
+    def reject(constant: str):
+        raise AssertionError(f"{constant} is not JSON: {line}")
+
+    return json.loads(line, parse_constant=reject)
+
+
 def spike_config(**extra):
     return config_from_dict(
         {
@@ -54,13 +63,17 @@ def test_event_replay_fires_and_resolves_once_with_figures(tmp_path):
     write_events(events, spike_at=1800, spike_for=60)
     out = io.StringIO()
     summary = run_backtest(spike_config(), [str(events)], out, workers=1)
-    changes = [json.loads(line) for line in out.getvalue().splitlines()]
+    changes = [strict_json(line) for line in out.getvalue().splitlines()]
     spikes = [c for c in changes if c["rule"] == "spike"]
     assert [c["state"] for c in spikes] == ["firing", "resolved"], changes
     firing = spikes[0]
     assert firing["surface"] == "proxy"
     assert 1_780_001_800 <= firing["at"] <= 1_780_001_810  # within one tick of the onset
     assert firing["figures"]["rate_bytes_per_second"] > 10_000
+    # An hour of history cannot calibrate a threshold: the alert names the floor it passed,
+    # not an infinite threshold (which would also make the document invalid JSON).
+    assert firing["threshold"] == 10_000
+    assert "absolute floor 10,000 B/s, its own threshold still being learned" in firing["summary"]
     assert summary.parse_errors == 2
     assert summary.records == 1800
 
@@ -88,7 +101,7 @@ def test_kmsg_dump_budget_and_forged(tmp_path):
     out = io.StringIO()
     summary = run_backtest(config, [str(dump)], out, workers=2)
     assert summary.records == 8 and summary.forged == 1 and summary.parse_errors == 0
-    changes = [json.loads(line) for line in out.getvalue().splitlines()]
+    changes = [strict_json(line) for line in out.getvalue().splitlines()]
     budget = [c for c in changes if c["rule"] == "budget" and c["surface"] == "unclassified"]
     assert budget and budget[0]["state"] == "firing"
     assert {c["contributor"].split(":")[0] for c in budget[0]["contributors"]} <= {"127.0.0.1", ""}

@@ -50,6 +50,12 @@ class AlertChange:
     receipts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """The change as a JSON document: strict JSON (RFC 8259 has no Infinity or NaN,
+        which Python's json would write and Go's, jq's and browsers' parsers reject), so a
+        figure that is not a finite number is null."""
+        return _finite_or_null(self._document())
+
+    def _document(self) -> dict[str, Any]:
         return {
             "fingerprint": self.fingerprint,
             self.target_type: self.target,
@@ -69,6 +75,16 @@ class AlertChange:
             ],
             "summary": self.summary,
         }
+
+
+def _finite_or_null(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_or_null(v) for v in value]
+    return value
 
 
 class AlertMachine:

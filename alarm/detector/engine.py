@@ -407,7 +407,7 @@ class Detector:
         }
         seasonal = self.relative.figures(row)
         figures["budget_seasonal"] = seasonal
-        seasonal_ratio = seasonal["excess_score"] / seasonal["tolerance_score"]
+        seasonal_ratio = self.relative.excess_ratio(row)
         seasonal_binds = rule == "budget" and seasonal_ratio > excess / tol
         if seasonal_binds:
             figures["budget_horizon"] = "seasonal"
@@ -433,10 +433,22 @@ class Detector:
         elif rule == "spike":
             figures |= self.spike.figures(row, self._judgement)
             value, threshold = f.rate, float(self._spike_figures()[0][row])
-            ratio = f.rate / f.baseline if f.baseline > 0 else float("inf")
+            ratio = f"x{f.rate / f.baseline:,.1f}" if f.baseline > 0 else "from nothing"
+            against = f"threshold {threshold:,.0f} B/s"
+            absolute = float(self.spike.absolute[row])
+            if absolute < threshold:
+                # Still learning its own threshold (or the floor is the lower one): the
+                # configured absolute floor is what the rate passed.
+                threshold = absolute
+                against = f"absolute floor {absolute:,.0f} B/s"
+                if not f.baseline_ready:
+                    against += ", its own threshold still being learned"
+            elif not math.isfinite(threshold):
+                threshold = 0.0
+                against = "its own threshold still being learned"
             what = (
                 f"wrote {f.rate:,.0f} B/s against a baseline of {f.baseline:,.0f} B/s "
-                f"(x{ratio:,.1f}; threshold {threshold:,.0f} B/s)"
+                f"({ratio}; {against})"
             )
             if aggregate:
                 what = self._members_figures(row - self.members, figures) or what
@@ -450,9 +462,11 @@ class Detector:
             )
         else:
             value, threshold = excess, tol
+            # The budget fires a tick ahead, when the next tick at this rate would pass it.
+            ahead = "; on course to pass it next tick" if excess <= tol else ""
             what = (
                 f"carried {excess:,.0f} bits above its {horizon} allowance of {allow:,.0f} "
-                f"bit/s (tolerance {tol:,.0f} bits)"
+                f"bit/s (tolerance {tol:,.0f} bits{ahead})"
             )
         state = _state_name(new)
         if prev == new == AlertState.FIRING:

@@ -204,6 +204,13 @@ class RelativeBank:
             # The bit rate whose per-tick score is the allowance (None: not judged yet).
             "allowance_bits_per_second": float(score_to_bits(allow)) / t if judged else None,
             "excess_score": float(self.excess[row]),
-            "tolerance_score": float(self.threshold[row]),
+            "tolerance_score": float(self.threshold[row]) if judged else None,
             "carried_bits": float(self.run_bits[row]),
         }
+
+    def excess_ratio(self, row: int) -> float:
+        """The row's sum over its tolerance (0 while the rule is not judging it)."""
+        threshold = float(self.threshold[row])
+        if not self.judged[row] or not math.isfinite(threshold) or threshold <= 0:
+            return 0.0
+        return float(self.excess[row]) / threshold
