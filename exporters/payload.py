@@ -8,6 +8,7 @@ workload-controlled text, so they are sanitised (no control characters, bounded 
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -71,15 +72,24 @@ def contributors(change: dict[str, Any], limit: int) -> list[dict[str, Any]]:
     return out
 
 
-def lampson(change: dict[str, Any]) -> dict[str, float] | None:
+def figure(figures: dict[str, Any], key: str) -> float | None:
+    """A figure as a number; None where the change has none (alert documents write a
+    figure that is not a finite number as null)."""
+    value = figures.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def lampson(change: dict[str, Any]) -> dict[str, float | None] | None:
     f = change.get("figures") or {}
     if "capacity_bits_per_second" not in f:
         return None
     return {
-        "capacity_bits_per_second": float(f["capacity_bits_per_second"]),
-        "bits_over_budget": float(f.get("budget_excess_bits", 0.0)),
-        "allowance_bits_per_second": float(f.get("budget_allowance_bits_per_second", 0.0)),
-        "tolerance_bits": float(f.get("budget_tolerance_bits", 0.0)),
+        "capacity_bits_per_second": figure(f, "capacity_bits_per_second") or 0.0,
+        "bits_over_budget": figure(f, "budget_excess_bits") or 0.0,
+        "allowance_bits_per_second": figure(f, "budget_allowance_bits_per_second"),
+        "tolerance_bits": figure(f, "budget_tolerance_bits"),
     }
 
 
@@ -101,13 +111,15 @@ def summary(change: dict[str, Any], now: float | None = None) -> str:
     started = float(change.get("started_at") or change.get("at") or now)
     since = f"since {_clock(started)}"
     if "surface" in change and "rate_bytes_per_second" in f:
-        rate = float(f["rate_bytes_per_second"])
-        base = float(f.get("baseline_bytes_per_second", 0.0))
-        thr = float(f.get("threshold_bytes_per_second", 0.0))
-        cap = float(f.get("capacity_bits_per_second", 0.0))
-        excess = float(f.get("budget_excess_bits", 0.0))
-        allow = float(f.get("budget_allowance_bits_per_second", 0.0))
-        tol = float(f.get("budget_tolerance_bits", 0.0))
+        rate = figure(f, "rate_bytes_per_second") or 0.0
+        base = figure(f, "baseline_bytes_per_second") or 0.0
+        # The threshold the rate passed: the calibrated one, or the absolute floor while the
+        # surface is still learning (the change's own threshold says which).
+        thr = figure(change, "threshold") or figure(f, "threshold_bytes_per_second") or 0.0
+        cap = figure(f, "capacity_bits_per_second") or 0.0
+        excess = figure(f, "budget_excess_bits") or 0.0
+        allow = figure(f, "budget_allowance_bits_per_second") or 0.0
+        tol = figure(f, "budget_tolerance_bits") or 0.0
         ratio = f"x{rate / base:,.1f}" if base > 0 else "from a zero baseline"
         who = f"{change.get('kind')} surface {target}"
         if rule == "spike":

@@ -26,7 +26,7 @@ from pydantic import SecretStr
 from alarm.notify_config import SlackDestination
 from exporters.delivery import Outcome, classify, retry
 from exporters.outbox import Row
-from exporters.payload import LinkSet, alert_document, human_bytes
+from exporters.payload import LinkSet, alert_document, figure, human_bytes
 
 HEADER_MAX = 150  # Block Kit: header text
 SECTION_MAX = 3000  # Block Kit: section text
@@ -35,6 +35,10 @@ ICONS = {"firing": ":red_circle:", "resolved": ":large_green_circle:"}
 
 def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _bits_per_second(value: float | None) -> str:
+    return "not set" if value is None else f"{value:,.0f} bit/s"
 
 
 def slack_message(row: Row, links: LinkSet, top: int, now: float) -> dict[str, Any]:
@@ -55,17 +59,23 @@ def slack_message(row: Row, links: LinkSet, top: int, now: float) -> dict[str, A
     fields = [f"*Severity*\n{doc['severity']}", f"*Since*\n{doc['started_at']}"]
     figures = doc["figures"]
     if "rate_bytes_per_second" in figures:
+        # A spike's own threshold is the one its rate passed (the absolute floor while the
+        # surface learns); a budget alert's is in bits, so it shows the spike rule's.
+        spike = doc["rule"] == "spike"
+        threshold = (spike and figure(doc, "threshold")) or figure(
+            figures, "threshold_bytes_per_second"
+        )
         fields += [
-            f"*Write rate*\n{figures['rate_bytes_per_second']:,.0f} B/s",
-            f"*Baseline / threshold*\n{figures.get('baseline_bytes_per_second', 0):,.0f} / "
-            f"{figures.get('threshold_bytes_per_second', 0):,.0f} B/s",
+            f"*Write rate*\n{figure(figures, 'rate_bytes_per_second') or 0:,.0f} B/s",
+            f"*Baseline / threshold*\n{figure(figures, 'baseline_bytes_per_second') or 0:,.0f}"
+            f" / {threshold or 0:,.0f} B/s",
         ]
     if doc["lampson"]:
         lp = doc["lampson"]
         fields += [
             f"*Capacity bound*\n{lp['capacity_bits_per_second']:,.0f} bit/s",
             f"*Over budget*\n{lp['bits_over_budget']:,.0f} bits "
-            f"(allowance {lp['allowance_bits_per_second']:,.0f} bit/s)",
+            f"(allowance {_bits_per_second(lp['allowance_bits_per_second'])})",
         ]
     blocks.append(
         {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields[:10]]}

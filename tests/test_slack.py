@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import logging
 
-from tests.fakes.kit import change, record, running_notifications, wait_for
+from tests.fakes.kit import change, learning_change, record, running_notifications, wait_for
 from tests.fakes.server import serve
 from tests.fakes.slack import FakeSlack
 
@@ -95,3 +95,19 @@ async def test_channel_errors_are_not_retried_and_the_url_is_never_shown(
     ]
     assert fake.path not in api and fake.path not in caplog.text
     assert json.loads(api)["channels"][0]["target"] == "secret (env CAPALARM_SLACK_URL)"
+
+
+async def test_a_learning_alert_with_null_figures_is_a_readable_message(tmp_path, monkeypatch):
+    fake = FakeSlack()
+    async with serve(fake.app()) as srv:
+        monkeypatch.setenv("CAPALARM_SLACK_URL", srv.base + fake.path)
+        c = learning_change()
+        c.figures["budget_allowance_bits_per_second"] = float("inf")
+        async with running_notifications(tmp_path, slack_config(srv.base, fake)) as n:
+            await record(n, c)
+            await wait_for(lambda: fake.messages or 400 in fake.answers, timeout=10)
+    assert fake.answers == [200]
+    fields = " ".join(f["text"] for f in fake.messages[0]["blocks"][2]["fields"])
+    # The threshold the rate passed (the absolute floor), not the uncalibrated 0.
+    assert "*Baseline / threshold*\n1,200 / 60,000 B/s" in fields
+    assert "(allowance not set)" in fields

@@ -4,7 +4,7 @@ table after ``max_retries``, counted — never dropped silently."""
 
 from __future__ import annotations
 
-from tests.fakes.kit import change, record, running_notifications, wait_for
+from tests.fakes.kit import change, learning_change, record, running_notifications, wait_for
 from tests.fakes.receiver import Receiver
 from tests.fakes.server import serve
 
@@ -44,3 +44,25 @@ async def test_rejected_and_unreachable_end_as_dead_letters(tmp_path):
             assert bad.retried == 0 and rx.attempts == 1  # 4xx is not retried
             assert down.retried == 2  # three attempts, then given up
             await wait_for(lambda: bad.dead_letters == 1 and down.dead_letters == 1, timeout=5)
+
+
+async def test_a_learning_alert_is_delivered_as_strict_json_naming_the_floor_it_passed(tmp_path):
+    rx = Receiver()
+    async with serve(rx.app()) as srv:
+        notifications = FAST | {
+            "destinations": [{"type": "webhook", "name": "std", "url": f"{srv.base}/hook"}]
+        }
+        hooks = [{"url": f"{srv.base}/hook", "name": "v1"}]
+        async with running_notifications(tmp_path, notifications, webhooks=hooks) as n:
+            await record(n, learning_change())
+            await wait_for(lambda: len(rx.received) == 2 or rx.bad_bodies, timeout=10)
+    # The receiver parses as Go and the vendors do: Infinity would have been refused.
+    assert rx.bad_bodies == [] and len(rx.received) == 2
+    by_type = {"type" in r.payload: r.payload for r in rx.received}
+    v1, std = by_type[False], by_type[True]
+    assert v1["threshold"] == 60_000.0
+    assert v1["figures"]["budget_tolerance_bits"] is None
+    assert v1["figures"]["budget_seasonal"]["tolerance_score"] is None
+    data = std["data"]
+    assert "(threshold 60,000 B/s)" in data["summary"]
+    assert data["lampson"]["tolerance_bits"] is None

@@ -57,6 +57,18 @@ def change(
     )
 
 
+def learning_change() -> AlertChange:
+    """A spike on a surface still learning its own threshold, fired by its absolute floor:
+    the detector has no calibrated threshold (figure 0) and budget tolerances that are not
+    finite numbers, which an alert document writes as null."""
+    c = change()
+    c.threshold = 60_000.0
+    c.figures["threshold_bytes_per_second"] = 0.0
+    c.figures["budget_tolerance_bits"] = float("inf")
+    c.figures["budget_seasonal"] = {"judged": False, "tolerance_score": float("inf")}
+    return c
+
+
 # Delivery tests check when each change is sent, so resolves go out at once unless a test
 # sets ``flap`` itself; the default (a resolve held ten minutes so that a flap is one page) is
 # tested in test_outbox.py on a config built without this helper.

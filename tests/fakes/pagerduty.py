@@ -27,7 +27,6 @@ field fails a test instead of being ignored.
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -35,6 +34,8 @@ from datetime import datetime
 from typing import Any
 
 from aiohttp import web
+
+from tests.fakes.server import strict_json
 
 SIZE_LIMIT = 512 * 1024
 TOP_LEVEL = {
@@ -115,7 +116,7 @@ class FakePagerDuty:
         if len(raw) > SIZE_LIMIT:
             return self._invalid(["Event payload is larger than 512 KB"])
         try:
-            event = json.loads(raw)
+            event = strict_json(raw)
         except ValueError:
             return web.json_response(
                 {

@@ -9,13 +9,14 @@ connection; ``"4xx"`` answers 422.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from tests.fakes.server import strict_json
 
 
 @dataclass
@@ -32,6 +33,7 @@ class Receiver:
     received: list[Receipt] = field(default_factory=list)
     attempts: int = 0
     bad_signatures: list[str] = field(default_factory=list)
+    bad_bodies: list[str] = field(default_factory=list)  # bodies that were not strict JSON
     attempted_ids: list[str] = field(default_factory=list)  # every request, accepted or not
     _script: list[str] = field(default_factory=list)
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
@@ -80,5 +82,10 @@ class Receiver:
             except WebhookVerificationError as exc:
                 self.bad_signatures.append(str(exc))
                 return web.Response(status=401, text="bad signature")
-        self.received.append(Receipt(headers.get("webhook-id", ""), json.loads(body), time.time()))
+        try:
+            payload = strict_json(body)
+        except ValueError as exc:
+            self.bad_bodies.append(str(exc))
+            return web.Response(status=400, text="not JSON")
+        self.received.append(Receipt(headers.get("webhook-id", ""), payload, time.time()))
         return web.Response(status=204)

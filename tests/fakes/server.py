@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 from collections.abc import AsyncIterator
+from typing import Any
 
 from aiohttp import web
+
+
+def strict_json(raw: bytes | str) -> Any:
+    """Parse a body as the vendors' servers do (RFC 8259: Go's encoding/json, Slack's and
+    PagerDuty's APIs): Infinity, -Infinity and NaN are not JSON (Python's json accepts them)."""
+
+    def reject(constant: str) -> Any:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(raw, parse_constant=reject)
 
 
 def free_port() -> int:

@@ -24,12 +24,13 @@ error answers by status code.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from tests.fakes.server import strict_json
 
 ERRORS = {
     400: "invalid_payload",
@@ -79,7 +80,7 @@ class FakeSlack:
         if not request.content_type.startswith("application/json"):
             return self._answer(400, "invalid_payload")
         try:
-            body = json.loads(raw)
+            body = strict_json(raw)
         except ValueError:
             return self._answer(400, "invalid_payload")
         if not isinstance(body, dict):
