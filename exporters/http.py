@@ -38,7 +38,7 @@ API_HISTORY_LIMIT = 1000
 
 
 def _floats(values: Any) -> list[float | None]:
-    return [None if math.isnan(v) else round(v, 6) for v in values.tolist()]
+    return [round(v, 6) if math.isfinite(v) else None for v in values.tolist()]
 
 
 def _history_json(window: HistoryWindow, j: int) -> dict[str, Any]:

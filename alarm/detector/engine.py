@@ -348,7 +348,7 @@ class Detector:
             budget_allowance=k0,
             budget_tolerance=h0,
             horizons=horizons,
-            seasonal_ratio=float(self.relative.excess[row] / self.relative.threshold[row]),
+            seasonal_ratio=self.relative.excess_ratio(row),
             seasonal_judged=bool(self.relative.judged[row]),
         )
 
