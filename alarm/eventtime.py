@@ -42,6 +42,9 @@ class Cells:
     events: list[np.ndarray] = field(default_factory=list)
     capacity: list[np.ndarray] = field(default_factory=list)
     size: int = 0
+    # The tick's contributors (the pipeline's StagedCredits), credited when it is evaluated;
+    # not saved: after a restart an open tick's evidence starts again, its counts do not.
+    credits: Any = None
 
     def add(self, rows: np.ndarray, b: np.ndarray, e: np.ndarray, c: np.ndarray) -> None:
         self.rows.append(rows)
@@ -163,6 +166,10 @@ class EventClock:
             target = self.open.setdefault(index, Cells())
             for cols in zip(cells.rows, cells.nbytes, cells.events, cells.capacity, strict=True):
                 target.add(*cols)
+            if cells.credits is not None:
+                target.credits = (
+                    cells.credits if target.credits is None else target.credits.merge(cells.credits)
+                )
         self.next_index = index
         return moved
 
@@ -175,6 +182,10 @@ class EventClock:
         ends = [*starts[1:].tolist(), len(idx)]
         for t, s, end in zip(ticks.tolist(), starts.tolist(), ends, strict=True):
             self.open.setdefault(t, Cells()).add(rows[s:end], b[s:end], e[s:end], c[s:end])
+
+    def staged(self, index: int) -> Cells:
+        """The open tick ``index`` (created if nothing is counted in it yet)."""
+        return self.open.setdefault(index, Cells())
 
     @property
     def cells(self) -> int:

@@ -34,7 +34,7 @@ from alarm.eventtime import EventClock
 from alarm.history import History, HistoryRequest, attention_order
 from alarm.settings import UNCLASSIFIED
 from alarm.snapshot import Snapshot, SourceView, SurfaceView
-from alarm.surfaces import SurfaceKey, SurfaceTable
+from alarm.surfaces import StagedCredits, SurfaceKey, SurfaceTable
 
 # Source counters the source alarms judge, tick by tick.
 JUDGED = ("records_lost", "records_lost_unknown", "forged_records")
@@ -182,33 +182,59 @@ class Pipeline:
             state.counters["future_events"] += future
         self.table.count(rows, nbytes, events)
         self.clock.add(idx, rows, nbytes, events, capacity)
-        # Heavy hitters: what each subject wrote in this batch, surface by surface.
+        self._stage_contributors(ev, subject_rows, idx, nbytes, capacity)
+
+    def _stage_contributors(
+        self,
+        ev: WriteEvents,
+        subject_rows: np.ndarray,
+        ticks: np.ndarray,
+        nbytes: np.ndarray,
+        capacity: np.ndarray,
+    ) -> None:
+        """What each subject wrote, tick by tick and surface by surface, staged in the tick
+        its events count in (credited as evidence when that tick is evaluated)."""
         n = len(ev.subjects)
-        per_subject = np.bincount(ev.subject, weights=nbytes, minlength=n)
-        carried = np.bincount(ev.subject, weights=capacity, minlength=n)
+        first = int(ticks.min())
+        # Live, a batch is within one tick; a backlog or a replay spans many.
+        one_tick = int(ticks.max()) == first
+        key = ev.subject if one_tick else (ticks - first) * n + ev.subject
+        cells, inverse = np.unique(key, return_inverse=True)
+        wrote = np.bincount(inverse, weights=nbytes, minlength=len(cells))
+        carried = np.bincount(inverse, weights=capacity, minlength=len(cells))
+        subject = cells % n
+        rows = subject_rows[subject]
+        keep = np.flatnonzero(((wrote > 0) | (carried > 0)) & (rows >= 0))
+        if not len(keep):
+            return
+        tick = cells[keep] // n + first
+        rows, subject, amounts = rows[keep], subject[keep], wrote[keep].astype(np.int64)
+        # Cells are sorted by (tick, subject): group them by (tick, row).
+        order = np.lexsort((rows, tick))
+        tick, rows, subject, amounts = tick[order], rows[order], subject[order], amounts[order]
+        cuts = np.flatnonzero((np.diff(tick) != 0) | (np.diff(rows) != 0)) + 1
         subjects = ev.subjects
-        wrote = np.flatnonzero(((per_subject > 0) | (carried > 0)) & (subject_rows >= 0))
-        order = wrote[np.argsort(subject_rows[wrote], kind="stable")]
-        rows_of = subject_rows[order]
-        cuts = np.flatnonzero(np.diff(rows_of)) + 1
-        amounts = per_subject[order].astype(np.int64)
-        for idx, amt in zip(np.split(order, cuts), np.split(amounts, cuts), strict=True):
-            if not len(idx):
+        k = self.table.heavy_hitters
+        for group in np.split(np.arange(len(rows)), cuts):
+            names = [subjects.contributor(i) for i in subject[group].tolist()]
+            receipts = [subjects.evidence(i) for i in subject[group].tolist()]
+            amt = amounts[group].tolist()
+            if not all(names):
+                keep_named = [j for j, name in enumerate(names) if name]
+                names = [names[j] for j in keep_named]
+                receipts = [receipts[j] for j in keep_named]
+                amt = [amt[j] for j in keep_named]
+            if not names:
                 continue
-            names = [subjects.contributor(i) for i in idx.tolist()]
-            receipts = [subjects.evidence(i) for i in idx.tolist()]
-            keep = [j for j, name in enumerate(names) if name]
-            if len(keep) < len(names):
-                names = [names[j] for j in keep]
-                receipts = [receipts[j] for j in keep]
-                amt = amt[keep]
-            if names:
-                self.table.credit_many(
-                    int(subject_rows[idx[0]]),
-                    names,
-                    amt.tolist(),
-                    receipts if any(r is not None for r in receipts) else None,
-                )
+            cells_of_tick = self.clock.staged(int(tick[group[0]]))
+            if cells_of_tick.credits is None:
+                cells_of_tick.credits = StagedCredits(k)
+            cells_of_tick.credits.add(
+                int(rows[group[0]]),
+                names,
+                amt,
+                receipts if any(r is not None for r in receipts) else None,
+            )
 
     # -- evaluating ticks ----------------------------------------------------------------
     def closable_end(self, now: float, health: Mapping[str, SourceHealth]) -> float:
@@ -238,7 +264,10 @@ class Pipeline:
             if limit is not None and len(results) >= limit:
                 break
             index = clock.next_index
-            nbytes, events, capacity = clock.take(index).sums(n)
+            cells = clock.take(index)
+            if cells.credits is not None:
+                self.table.credit_staged(cells.credits)
+            nbytes, events, capacity = cells.sums(n)
             results.append(
                 self._evaluate((index + 1) * self.tick, nbytes, events, capacity, health)
             )
@@ -277,12 +306,12 @@ class Pipeline:
             )
             s.pending.clear()
         changes += self.detector.evaluate_sources(end, tick, judged)
-        # Forget the "recent" contributors of surfaces that are neither writing nor alerting,
-        # so the evidence of the next alert is about the next episode.
-        firing = self.detector.firing_rows()
-        for row in np.flatnonzero((nbytes == 0) & (capacity == 0)).tolist():
-            if row not in firing:
-                table.forget_recent(row)
+        # Forget the "recent" contributors of surfaces whose episode is over (quiet, no rule
+        # pending or firing, no budget sum left), so the next alert's evidence is about the
+        # next episode.  Only rows that hold any are looked at: most rows, most ticks, none.
+        holding = table.holding_recent((nbytes == 0) & (capacity == 0))
+        if len(holding):
+            table.forget_recent(holding[~self.detector.in_episode(holding)])
         self.ticks += 1
         self.last_tick_end = end
         return TickResult(end, changes)

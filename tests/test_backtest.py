@@ -172,3 +172,59 @@ def test_journal_export_counts_kernel_records_and_rejects_user_writes(tmp_path):
         config_from_dict({"tick": "10s"}), [str(journal)], io.StringIO(), workers=1
     )
     assert (summary.records, summary.forged, summary.parse_errors) == (1, 1, 1)
+
+
+def test_an_alerts_evidence_names_who_wrote_in_its_episode_not_before(tmp_path):
+    """A quiet tick closes an episode: the next alert's contributors are the next episode's
+    writers, not the largest writers since start (alice wrote 3x what bob did)."""
+    events = tmp_path / "events.jsonl"
+    t0 = 1_780_000_000
+    with open(events, "w") as fh:
+        for start, who, size in ((100, "alice", 90_000), (400, "bob", 30_000)):
+            for second in range(start, start + 20):
+                doc = {"ts": t0 + second, "surface": "proxy", "bytes": size, "contributor": who}
+                fh.write(json.dumps(doc) + "\n")
+    out = io.StringIO()
+    run_backtest(spike_config(), [str(events)], out, workers=1)
+    spikes = [strict_json(line) for line in out.getvalue().splitlines()]
+    spikes = [c for c in spikes if c["rule"] == "spike"]
+    assert [c["state"] for c in spikes] == ["firing", "resolved", "firing", "resolved"], spikes
+    # Only the judged tick's writes: alice's 10 s at 90 kB/s, not her whole episode or bob.
+    assert [(c["contributor"], c["bytes"]) for c in spikes[0]["contributors"]] == [
+        ("alice", 900_000)
+    ]
+    assert [c["contributor"] for c in spikes[2]["contributors"]] == ["bob"]
+
+
+def test_a_budgets_evidence_spans_the_writes_its_sum_carries(tmp_path):
+    """Writes far apart that one capacity budget adds up are one episode: the alert names
+    every writer whose bits are still in the sum, not only the last tick's."""
+    events = tmp_path / "events.jsonl"
+    t0 = 1_780_000_000
+    writes = [(100, "alice", 4000), (200, "bob", 4000), (5000, "carol", 4000), (5100, "dan", 4000)]
+    with open(events, "w") as fh:
+        for second, who, size in writes:
+            doc = {"ts": t0 + second, "surface": "proxy", "bytes": size, "contributor": who}
+            fh.write(json.dumps(doc) + "\n")
+    config = config_from_dict(
+        {
+            "tick": "10s",
+            "surfaces": [
+                {
+                    "name": "proxy",
+                    "spike": {"absolute_bytes_per_second": 10_000},
+                    "budget": {"allowance_bits_per_second": 100, "tolerance_bits": 50_000},
+                }
+            ],
+        }
+    )
+    out = io.StringIO()
+    run_backtest(config, [str(events)], out, workers=1)
+    budget = [strict_json(line) for line in out.getvalue().splitlines()]
+    budget = [c for c in budget if c["rule"] == "budget" and c["state"] == "firing"]
+    # 32 kbit, drained 10 kbit in 100 s, then 32 kbit more: the sum passes 50 kbit at bob.
+    # By t=5000 it has drained, so carol and dan are an episode of their own.
+    assert [sorted(c["contributor"] for c in b["contributors"]) for b in budget] == [
+        ["alice", "bob"],
+        ["carol", "dan"],
+    ]

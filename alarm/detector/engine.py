@@ -607,12 +607,14 @@ class Detector:
                 out.append((m.target, m.rule, m.fingerprint))
         return out
 
-    def firing_rows(self) -> set[int]:
-        """Rows with any surface rule firing."""
-        rows: set[int] = set()
+    def in_episode(self, rows: np.ndarray) -> np.ndarray:
+        """Per row of ``rows``: whether an episode is still open on it — a rule pending or
+        firing, or a capacity budget still carrying bits above its allowance (a drip's
+        writes, however far apart, are one episode until its sum drains)."""
+        open_ = self.budget.excess[:, rows].max(axis=0) > 0
         for bank in self.alert_banks.values():
-            rows.update(np.flatnonzero(bank.state == AlertState.FIRING).tolist())
-        return rows
+            open_ |= bank.state[rows] != AlertState.INACTIVE
+        return open_
 
     # -- state -------------------------------------------------------------------------
     def _state_arrays(self) -> dict[str, np.ndarray]:
