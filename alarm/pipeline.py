@@ -226,6 +226,7 @@ class Pipeline:
                 amt = [amt[j] for j in keep_named]
             if not names:
                 continue
+            self.table.credit_totals(int(rows[group[0]]), names, amt)
             cells_of_tick = self.clock.staged(int(tick[group[0]]))
             if cells_of_tick.credits is None:
                 cells_of_tick.credits = StagedCredits(k)

@@ -24,6 +24,13 @@ MAX_RECEIPT_FIELDS = 16
 MAX_RECEIPT_CHARS = 300
 
 
+def bounded_name(contributor: str) -> str:
+    """A contributor as hitters and receipts key it: long names cut, and marked as cut."""
+    if len(contributor) > MAX_CONTRIBUTOR_CHARS:
+        return contributor[:MAX_CONTRIBUTOR_CHARS] + "…"
+    return contributor
+
+
 class HeavyHitters:
     """Top-k contributors by bytes, in bounded memory.
 
@@ -40,8 +47,7 @@ class HeavyHitters:
         self.error = 0
 
     def add(self, contributor: str, amount: int) -> None:
-        if len(contributor) > MAX_CONTRIBUTOR_CHARS:
-            contributor = contributor[:MAX_CONTRIBUTOR_CHARS] + "…"
+        contributor = bounded_name(contributor)
         counts = self._counts
         counts[contributor] = counts.get(contributor, 0) + amount
         if len(counts) > 2 * self._k:
@@ -53,7 +59,7 @@ class HeavyHitters:
         get = counts.get
         for contributor, amount in zip(contributors, amounts, strict=True):
             if len(contributor) > MAX_CONTRIBUTOR_CHARS:
-                contributor = contributor[:MAX_CONTRIBUTOR_CHARS] + "…"
+                contributor = bounded_name(contributor)
             counts[contributor] = get(contributor, 0) + amount
         if len(counts) > 2 * self._k:
             self._prune()
@@ -119,7 +125,7 @@ class StagedCredits:
         if evidence is not None:
             for contributor, receipt in zip(contributors, evidence, strict=True):
                 if receipt is not None:
-                    receipts[contributor[:MAX_CONTRIBUTOR_CHARS]] = receipt
+                    receipts[bounded_name(contributor)] = receipt
             if len(receipts) > 2 * self._k:
                 kept = {c: r for c, r in receipts.items() if c in hitters}
                 entry[1].clear()
@@ -171,38 +177,31 @@ class SurfaceTable:
         self.bytes_total += np.bincount(rows, weights=nbytes, minlength=n).astype(np.int64)
         self.events_total += np.bincount(rows, weights=events, minlength=n).astype(np.int64)
 
-    def credit_many(
-        self,
-        row: int,
-        contributors: list[str],
-        amounts: list[int],
-        evidence: list[dict[str, Any] | None] | None,
-    ) -> None:
-        """Bytes to contributors of one surface (a batch's worth), with their latest receipts."""
+    def credit_totals(self, row: int, contributors: list[str], amounts: list[int]) -> None:
+        """Bytes to the contributors of a surface's totals, as soon as they are counted (the
+        totals are too)."""
         self.hitters[row].add_many(contributors, amounts)
-        self.recent[row].add_many(contributors, amounts)
-        self.has_recent[row] = True
-        if evidence is not None:
-            for contributor, receipt in zip(contributors, evidence, strict=True):
-                if receipt is not None:
-                    self.receipts[row][contributor[:MAX_CONTRIBUTOR_CHARS]] = bounded_receipt(
-                        receipt
-                    )
-            if len(self.receipts[row]) > 2 * self.heavy_hitters:
-                recent = self.recent[row]
-                self.receipts[row] = {c: r for c, r in self.receipts[row].items() if c in recent}
 
     def credit_staged(self, staged: StagedCredits) -> None:
-        """What one tick's writers wrote, now that the tick is evaluated."""
-        for row, (hitters, receipts) in staged.rows.items():
-            top = hitters.top(self.heavy_hitters)
-            if top:
-                names = [c for c, _ in top]
-                evidence = [receipts.get(c) for c in names] if receipts else None
-                self.credit_many(row, names, [b for _, b in top], evidence)
-                # What the tick's own pruning dropped bounds the counts' error too.
-                for table in (self.hitters[row], self.recent[row]):
-                    table.error = max(table.error, hitters.error)
+        """What one tick's writers wrote, to the surfaces' recent contributors (the evidence
+        of their current episode), now that the tick is evaluated."""
+        k = self.heavy_hitters
+        for row, (hitters, staged_receipts) in staged.rows.items():
+            top = hitters.top(k)
+            if not top:
+                continue
+            recent = self.recent[row]
+            recent.add_many([c for c, _ in top], [b for _, b in top])
+            # What the tick's own pruning dropped bounds the counts' error too.
+            recent.error = max(recent.error, hitters.error)
+            self.has_recent[row] = True
+            receipts = self.receipts[row]
+            for contributor, _ in top:
+                receipt = staged_receipts.get(contributor)
+                if receipt is not None:
+                    receipts[contributor] = bounded_receipt(receipt)
+            if len(receipts) > 2 * k:
+                self.receipts[row] = {c: r for c, r in receipts.items() if c in recent}
 
     def evidence(self, row: int, top: int) -> list[tuple[str, int, dict[str, Any] | None]]:
         """The recent top contributors of a surface with their receipts."""

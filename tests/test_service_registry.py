@@ -134,8 +134,14 @@ async def test_uploads_count_exactly_and_the_alert_names_the_artifacts(
         firing = await wait_for(
             lambda: alert_changes(service, "surface", "budget"), 30
         )  # at least the first firing change
-        _, _, body = await get(service, "/api/v1/surfaces")
-        (surface,) = [s for s in json.loads(body)["surfaces"] if s["surface"] == SOURCE]
+        # The surface's recent contributors are credited as the ticks their uploads count in
+        # are evaluated (event time): every upload is listed once those ticks are.
+        async def listed() -> dict | None:
+            _, _, body = await get(service, "/api/v1/surfaces")
+            (surface,) = [s for s in json.loads(body)["surfaces"] if s["surface"] == SOURCE]
+            return surface if len(surface["top_contributors"]) == len(wheels) else None
+
+        surface = await wait_for(listed, 30)
         await asyncio.sleep(2.5)
         assert (await scrape(service))["bytes"] == sum(sizes.values()), "counted once"
 
