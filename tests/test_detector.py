@@ -145,3 +145,35 @@ def test_a_source_slow_to_open_at_start_is_not_down_but_one_that_stops_is_at_onc
     d.evaluate_sources(0, 1, judge(up=False))
     (change,) = d.evaluate_sources(SOURCE_START_GRACE, 1, judge(up=False))
     assert (change.rule, change.state) == ("source_down", "firing")
+
+
+def test_a_10_bit_per_second_drip_on_a_quiet_surface_is_caught_by_its_derived_budget():
+    """A surface that writes one ~200-byte record an hour gets a day allowance of about what
+    it carries: one write at the start of a day is not read as its size over a few ticks
+    (that kept the allowance at several times the surface's rate, and the day horizon learned
+    the drip faster than it summed it: never caught in three days)."""
+    import numpy as np
+
+    from alarm.detector.budget import BudgetBank
+
+    config = config_from_dict({"surfaces": [{"name": "q"}]})
+    floor = config.unclassified_budget("egress")
+    bank = BudgetBank([config.surfaces[0].effective_budget()], 10.0, [True], [floor])
+    rng = np.random.default_rng(5)
+    tick, day = 10.0, 8640
+    writes = rng.random(9 * day) < tick / 3600.0
+    t = 0
+    for t in range(9 * day):
+        bits = 8.0 * 200 + 64.0 if writes[t] else 0.0
+        projected, _ = bank.update(np.array([bits]), tick, (t + 1) * tick)
+        assert projected[0] <= 1.0, f"fired on ordinary traffic on day {t / day:.2f}"
+    day_horizon = bank.names[0].index("1d")
+    assert bank.allowance[day_horizon, 0] < 1.0  # ~0.5 bit/s carried, the unclassified floor
+    # 10 bit/s as 12-13 bytes every tick, one event each (64 bits of metadata).
+    drip = np.diff(np.floor(10.0 / 8.0 * tick * np.arange(day + 1)))
+    for i in range(day):
+        bits = 8.0 * drip[i] + 64.0 + (8.0 * 200 + 64.0 if rng.random() < tick / 3600.0 else 0.0)
+        projected, _ = bank.update(np.array([bits]), tick, (t + 2 + i) * tick)
+        if projected[0] > 1.0:
+            break
+    assert i * tick <= 8 * 3600.0, f"caught after {i * tick / 3600:.1f} h"

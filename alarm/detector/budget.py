@@ -52,6 +52,7 @@ MARGIN_WINDOWS = 3.0
 BURST_WINDOW = 60.0  # derived budgets have no horizon this short (bursts are spikes)
 ENVELOPE_MEMORY = 14 * 86400.0  # the envelope forgets with this time constant
 LEARNING_SECONDS = 86400.0
+SETTLED_WINDOW = 86400.0  # windows this long are read over at least half a window
 MISCONFIGURED_SECONDS = 86400.0
 WINDOW_MAX = 7 * 86400.0
 
@@ -107,6 +108,7 @@ class BudgetBank:
         "last_step",
         "follow_excess",
         "envelope",
+        "settled_envelope",
         "window_bits",
         "age",
         "misconfigured",
@@ -152,6 +154,10 @@ class BudgetBank:
         self.excess = np.zeros((width, n))
         self.last_step = np.zeros((width, n))
         self.envelope = np.zeros((width, n))  # bits/s
+        # While a row is new its envelope follows the windows' means so far, the first ticks
+        # of a window included (a busy surface must not overrun its default budget on day 0);
+        # the envelope it keeps afterwards is this one, of windows at least half full.
+        self.settled_envelope = np.zeros((width, n))
         # Bits so far in the current windows: [0] aligned to the start, [1] half a window on.
         self.window_bits = np.zeros((2, width, n))
         self.age = np.zeros(n)
@@ -179,10 +185,14 @@ class BudgetBank:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Add one tick (ending at ``now``).  Returns (projected ratio, ratio): the largest
         S/h over the horizons with and without the one-tick look-ahead."""
+        learning = self.age < LEARNING_SECONDS
         self.age += seconds
         self.window_bits += bits
-        mean = self._window_means(seconds)
-        modes = self._modes(self.age < LEARNING_SECONDS, seconds)
+        mean = self._window_means(seconds, learning)
+        now_learning = self.age < LEARNING_SECONDS
+        if (learning & ~now_learning).any():
+            self._settle(learning & ~now_learning)
+        modes = self._modes(now_learning, seconds)
         native = fused.native()
         if native is not None:
             return self._update_native(native, bits, seconds, mean, modes)
@@ -274,9 +284,18 @@ class BudgetBank:
         self._following = modes.following
         return before
 
-    def _window_means(self, seconds: float) -> np.ndarray:
+    def _window_means(self, seconds: float, learning: np.ndarray) -> np.ndarray:
         """The mean capacity (bits/s) of each horizon's current windows, the larger of the two
-        sets; windows that end with this tick start again."""
+        sets; windows that end with this tick start again.
+
+        Shorter windows read their bits so far over the time so far: their envelope covers
+        the bursts a surface makes within them (a cache's warm-ups), which are the spike
+        rule's.  Windows of ``SETTLED_WINDOW`` or more, the horizons that catch drips, read
+        their bits over at least half a window: one of the two sets is always that full, so
+        steady traffic reads its own rate, while one write at the start of a day does not
+        read as its size over a few ticks (that kept a quiet surface's day allowance at
+        several times what it carries, and the day horizon learned a 10 bit/s drip faster
+        than it summed it).  Rows still learning read the means so far (``_settle``)."""
         ticks = np.round(self.age / seconds).astype(np.int64)
         window = self.window
         if self._uniform_window is not None and ticks.min() == ticks.max():
@@ -287,10 +306,24 @@ class BudgetBank:
         offset = np.stack([phase, (phase + window // 2) % window])
         done = offset == 0
         held = np.where(done, window, offset)
-        mean = (self.window_bits / (held * seconds)).max(axis=0)
+        # Windows of a day or more (the drips' horizons) are read over at least half a window.
+        floor = np.where(window * seconds >= SETTLED_WINDOW, window - window // 2, 1)
+        settled = (self.window_bits / (np.maximum(held, floor) * seconds)).max(axis=0)
+        if learning.any():
+            np.maximum(self.settled_envelope * self._forget, settled, out=self.settled_envelope)
+            so_far = (self.window_bits / (held * seconds)).max(axis=0)
+            mean = np.where(learning, so_far, settled)
+        else:
+            mean = settled
         if done.any():
             np.copyto(self.window_bits, 0.0, where=done)
         return mean
+
+    def _settle(self, rows: np.ndarray) -> None:
+        """Rows that stop learning keep the envelope of windows at least half full (a state
+        saved before there was one has none: those keep the envelope they have)."""
+        known = rows & (self.settled_envelope > 0).any(axis=0)
+        self.envelope[:, known] = self.settled_envelope[:, known]
 
     def _modes(self, learning: np.ndarray, seconds: float) -> _Modes:
         """What each (horizon, row) follows this tick.  It changes only when a row stops
