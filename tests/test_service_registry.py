@@ -134,6 +134,7 @@ async def test_uploads_count_exactly_and_the_alert_names_the_artifacts(
         firing = await wait_for(
             lambda: alert_changes(service, "surface", "budget"), 30
         )  # at least the first firing change
+
         # The surface's recent contributors are credited as the ticks their uploads count in
         # are evaluated (event time): every upload is listed once those ticks are.
         async def listed() -> dict | None:
