@@ -98,17 +98,27 @@ def bounded_receipt(evidence: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def bounded_receipts(
+    receipts: dict[str, dict[str, Any]], hitters: HeavyHitters, k: int
+) -> dict[str, dict[str, Any]]:
+    """Receipts kept for at most 2k contributors: past that, only those still in ``hitters``."""
+    if len(receipts) <= 2 * k:
+        return receipts
+    return {c: r for c, r in receipts.items() if c in hitters}
+
+
 class StagedCredits:
     """Contributors of one open tick, per surface row, held until the tick is evaluated: an
     alert's evidence is then who wrote in the ticks it judged (event time), not whatever the
     batches read so far held — a backlog or a replay hands over many ticks at once.  Bounded
     like the table's own hitters: k per row, and receipts for at most 2k contributors."""
 
-    __slots__ = ("_k", "rows")
+    __slots__ = ("_k", "hitters", "receipts")
 
     def __init__(self, k: int):
         self._k = k
-        self.rows: dict[int, tuple[HeavyHitters, dict[str, dict[str, Any]]]] = {}
+        self.hitters: dict[int, HeavyHitters] = {}
+        self.receipts: dict[int, dict[str, dict[str, Any]]] = {}
 
     def add(
         self,
@@ -117,27 +127,25 @@ class StagedCredits:
         amounts: list[int],
         evidence: list[dict[str, Any] | None] | None,
     ) -> None:
-        entry = self.rows.get(row)
-        if entry is None:
-            entry = self.rows[row] = (HeavyHitters(self._k), {})
-        hitters, receipts = entry
+        hitters = self.hitters.get(row)
+        if hitters is None:
+            hitters = self.hitters[row] = HeavyHitters(self._k)
         hitters.add_many(contributors, amounts)
         if evidence is not None:
+            receipts = self.receipts.setdefault(row, {})
             for contributor, receipt in zip(contributors, evidence, strict=True):
                 if receipt is not None:
                     receipts[bounded_name(contributor)] = receipt
-            if len(receipts) > 2 * self._k:
-                kept = {c: r for c, r in receipts.items() if c in hitters}
-                entry[1].clear()
-                entry[1].update(kept)
+            self.receipts[row] = bounded_receipts(receipts, hitters, self._k)
 
     def merge(self, other: StagedCredits) -> StagedCredits:
         """Fold ``other`` (a tick that will not be evaluated) into this one."""
-        for row, (hitters, receipts) in other.rows.items():
+        for row, hitters in other.hitters.items():
             top = hitters.top(self._k)
             names = [c for c, _ in top]
+            receipts = other.receipts.get(row, {})
             self.add(row, names, [b for _, b in top], [receipts.get(c) for c in names])
-            self.rows[row][0].error = max(self.rows[row][0].error, hitters.error)
+            self.hitters[row].error = max(self.hitters[row].error, hitters.error)
         return self
 
 
@@ -186,7 +194,7 @@ class SurfaceTable:
         """What one tick's writers wrote, to the surfaces' recent contributors (the evidence
         of their current episode), now that the tick is evaluated."""
         k = self.heavy_hitters
-        for row, (hitters, staged_receipts) in staged.rows.items():
+        for row, hitters in staged.hitters.items():
             top = hitters.top(k)
             if not top:
                 continue
@@ -195,13 +203,15 @@ class SurfaceTable:
             # What the tick's own pruning dropped bounds the counts' error too.
             recent.error = max(recent.error, hitters.error)
             self.has_recent[row] = True
+            staged_receipts = staged.receipts.get(row)
+            if not staged_receipts:
+                continue
             receipts = self.receipts[row]
             for contributor, _ in top:
                 receipt = staged_receipts.get(contributor)
                 if receipt is not None:
                     receipts[contributor] = bounded_receipt(receipt)
-            if len(receipts) > 2 * k:
-                self.receipts[row] = {c: r for c, r in receipts.items() if c in recent}
+            self.receipts[row] = bounded_receipts(receipts, recent, k)
 
     def evidence(self, row: int, top: int) -> list[tuple[str, int, dict[str, Any] | None]]:
         """The recent top contributors of a surface with their receipts."""

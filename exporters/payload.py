@@ -81,6 +81,15 @@ def figure(figures: dict[str, Any], key: str) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def shown_threshold(change: dict[str, Any]) -> float:
+    """The threshold (B/s) to show beside a write rate: a spike's own, the one its rate passed
+    (the absolute floor while the surface learns); otherwise the spike rule's, since a budget
+    alert's threshold is in bits."""
+    f = change.get("figures") or {}
+    own = figure(change, "threshold") if change.get("rule") == "spike" else None
+    return own or figure(f, "threshold_bytes_per_second") or 0.0
+
+
 def lampson(change: dict[str, Any]) -> dict[str, float | None] | None:
     f = change.get("figures") or {}
     if "capacity_bits_per_second" not in f:
@@ -113,9 +122,7 @@ def summary(change: dict[str, Any], now: float | None = None) -> str:
     if "surface" in change and "rate_bytes_per_second" in f:
         rate = figure(f, "rate_bytes_per_second") or 0.0
         base = figure(f, "baseline_bytes_per_second") or 0.0
-        # The threshold the rate passed: the calibrated one, or the absolute floor while the
-        # surface is still learning (the change's own threshold says which).
-        thr = figure(change, "threshold") or figure(f, "threshold_bytes_per_second") or 0.0
+        thr = shown_threshold(change)
         cap = figure(f, "capacity_bits_per_second") or 0.0
         excess = figure(f, "budget_excess_bits") or 0.0
         allow = figure(f, "budget_allowance_bits_per_second") or 0.0

@@ -26,7 +26,7 @@ from pydantic import SecretStr
 from alarm.notify_config import SlackDestination
 from exporters.delivery import Outcome, classify, retry
 from exporters.outbox import Row
-from exporters.payload import LinkSet, alert_document, figure, human_bytes
+from exporters.payload import LinkSet, alert_document, figure, human_bytes, shown_threshold
 
 HEADER_MAX = 150  # Block Kit: header text
 SECTION_MAX = 3000  # Block Kit: section text
@@ -59,16 +59,10 @@ def slack_message(row: Row, links: LinkSet, top: int, now: float) -> dict[str, A
     fields = [f"*Severity*\n{doc['severity']}", f"*Since*\n{doc['started_at']}"]
     figures = doc["figures"]
     if "rate_bytes_per_second" in figures:
-        # A spike's own threshold is the one its rate passed (the absolute floor while the
-        # surface learns); a budget alert's is in bits, so it shows the spike rule's.
-        spike = doc["rule"] == "spike"
-        threshold = (spike and figure(doc, "threshold")) or figure(
-            figures, "threshold_bytes_per_second"
-        )
         fields += [
             f"*Write rate*\n{figure(figures, 'rate_bytes_per_second') or 0:,.0f} B/s",
             f"*Baseline / threshold*\n{figure(figures, 'baseline_bytes_per_second') or 0:,.0f}"
-            f" / {threshold or 0:,.0f} B/s",
+            f" / {shown_threshold(doc):,.0f} B/s",
         ]
     if doc["lampson"]:
         lp = doc["lampson"]

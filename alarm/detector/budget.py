@@ -190,8 +190,9 @@ class BudgetBank:
         self.window_bits += bits
         mean = self._window_means(seconds, learning)
         now_learning = self.age < LEARNING_SECONDS
-        if (learning & ~now_learning).any():
-            self._settle(learning & ~now_learning)
+        settling = learning & ~now_learning
+        if settling.any():
+            self._settle(settling)
         modes = self._modes(now_learning, seconds)
         native = fused.native()
         if native is not None:
