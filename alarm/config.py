@@ -151,6 +151,21 @@ class BeaconRule(Strict):
         return self
 
 
+class DutyRule(Strict):
+    """Rule ``duty``: the surface is written in far more ticks than it ever is
+    (alarm/detector/duty.py).  Its count of written ticks, decayed with time constant
+    ``window``, fires at ``ratio`` x the highest count of its last week's days plus ``margin``
+    written ticks, and resolves after ``resolve_hold`` below half of that.  A surface that
+    writes a few times an hour and then in every tick (a drip in small lumps) is seen in a
+    few ticks, long before the bits add up to a budget's tolerance."""
+
+    enabled: bool = True
+    window: Duration = Field(300.0, gt=0)
+    ratio: float = Field(2.0, ge=1)
+    margin: float = Field(2.0, gt=0)
+    resolve_hold: Duration = 3600.0
+
+
 class BudgetRule(Strict):
     """Lampson capacity budget: one-sided CUSUM on estimated bits.
 
@@ -169,6 +184,8 @@ class BudgetRule(Strict):
     relative: RelativeBudget = RelativeBudget()
     # Timing, not volume: a regular writer of one size, however small (rule ``beacon``).
     beacon: BeaconRule = BeaconRule()
+    # Timing too: written in far more ticks than ever, however few bytes (rule ``duty``).
+    duty: DutyRule = DutyRule()
 
     @model_validator(mode="after")
     def _unique_horizons(self) -> BudgetRule:

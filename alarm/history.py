@@ -135,8 +135,7 @@ def attention_order(views: Sequence[SurfaceView]) -> list[int]:
 
     def key(i: int) -> tuple[int, float, str, str]:
         s = views[i]
-        states = [s.spike_state, s.budget_state, s.beacon_state or 0, s.drop_state or 0]
-        worst = max(states)
+        worst = max(s.rule_states().values())
         near = s.budget_excess / s.budget_tolerance if s.budget_tolerance > 0 else 0.0
         for _, _, tolerance, excess in s.budget_horizons:
             if tolerance > 0 and math.isfinite(tolerance):

@@ -37,6 +37,8 @@ DEFAULT_SEVERITIES: dict[str, str] = {
     "drop": "warning",
     # A regular writer of one size: a C2 check-in or a timed leak, or a legitimate heartbeat.
     "beacon": "warning",
+    # Written far more often than ever: a drip in small lumps, or a surface put to a new use.
+    "duty": "warning",
     "budget": "critical",
     "records_lost": "error",
     "forged_records": "critical",

@@ -468,6 +468,7 @@ def _surface_view(
     f = det.figures_of(row)
     drop = det.drop_alerts.state[row] if det.drop_on(row) else None
     beacon = det.beacon_alerts.state[row] if det.beacon_on(row) else None
+    duty = det.duty_alerts.state[row] if det.duty_on(row) else None
     return SurfaceView(
         kind=kind,
         name=name,
@@ -491,6 +492,7 @@ def _surface_view(
         seasonal_judged=f.seasonal_judged,
         drop_state=None if drop is None else int(drop),
         beacon_state=None if beacon is None else int(beacon),
+        duty_state=None if duty is None else int(duty),
         learning=learning,
         budget_misconfigured=bool(det.budget.misconfigured[row]),
         **det.members_shift_of(row),

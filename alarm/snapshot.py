@@ -36,6 +36,7 @@ class SurfaceView:
     seasonal_judged: bool = False
     drop_state: int | None = None  # None: the drop rule is off for this surface
     beacon_state: int | None = None  # None: the beacon rule is off for this surface
+    duty_state: int | None = None  # None: the duty rule is off for this surface
     # The spike rule does not judge yet: its tails are not known (budgets and beacon protect).
     learning: bool = False
     # A declared budget that fired on ordinary traffic for a day: now judging what is on top.
@@ -44,6 +45,12 @@ class SurfaceView:
     # threshold (0 while not judged), alarm/detector/swarm.py.
     members_shift: float | None = None
     members_shift_threshold: float | None = None
+
+    def rule_states(self) -> dict[str, int]:
+        """Every rule on the surface and its alert state (0 inactive, 1 pending, 2 firing)."""
+        optional = {"drop": self.drop_state, "beacon": self.beacon_state, "duty": self.duty_state}
+        states = {"spike": self.spike_state, "budget": self.budget_state}
+        return states | {rule: st for rule, st in optional.items() if st is not None}
 
 
 @dataclass(slots=True)

@@ -209,14 +209,9 @@ def alert_families(snap: Snapshot) -> Iterable[Metric | Columns]:
     rows: list[tuple[str, ...]] = []
     values: list[float] = []
     for s in snap.surfaces:
-        rows += [("surface", s.name, s.kind, "spike"), ("surface", s.name, s.kind, "budget")]
-        values += [s.spike_state, s.budget_state]
-        if s.drop_state is not None:
-            rows.append(("surface", s.name, s.kind, "drop"))
-            values.append(s.drop_state)
-        if s.beacon_state is not None:
-            rows.append(("surface", s.name, s.kind, "beacon"))
-            values.append(s.beacon_state)
+        for rule, state in s.rule_states().items():
+            rows.append(("surface", s.name, s.kind, rule))
+            values.append(state)
     for source, rule, st in snap.source_alerts:
         rows.append(("source", source, "source", rule))
         values.append(st)

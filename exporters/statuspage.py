@@ -123,8 +123,7 @@ def ago(ts: float, now: float) -> str:
 
 def surface_state(s: SurfaceView) -> str:
     """firing / pending (any rule), else judged or learning (the spike rule)."""
-    states = [s.spike_state, s.budget_state, s.beacon_state or 0, s.drop_state or 0]
-    worst = max(states)
+    worst = max(s.rule_states().values())
     if worst == AlertState.FIRING:
         return "firing"
     if worst == AlertState.PENDING:
@@ -255,6 +254,8 @@ def surface_card(s: SurfaceView, window: HistoryWindow | None, j: int | None, no
         figs.append(
             _fig("beacon", STATE_NAMES[s.beacon_state], f"st-{STATE_NAMES[s.beacon_state]}")
         )
+    if s.duty_state is not None:
+        figs.append(_fig("duty", STATE_NAMES[s.duty_state], f"st-{STATE_NAMES[s.duty_state]}"))
     if s.drop_state is not None:
         figs.append(_fig("drop", STATE_NAMES[s.drop_state], f"st-{STATE_NAMES[s.drop_state]}"))
     figs.append(_fig("written", _e(human(float(s.bytes_total), "B"))))

@@ -23,6 +23,7 @@ from alarm.detector import persist
 from alarm.detector.alerts import AlertBank, AlertChange, AlertMachine, AlertState, fingerprint
 from alarm.detector.beacon import BeaconBank
 from alarm.detector.budget import ENVELOPE_MARGIN, MISCONFIGURED_SECONDS, BudgetBank
+from alarm.detector.duty import DutyBank
 from alarm.detector.relative import RelativeBank
 from alarm.detector.rows import AGGREGATE, plan_rows
 from alarm.detector.seasonal import Prediction, SeasonalBaseline
@@ -132,12 +133,20 @@ class Detector:
             np.zeros(n),
             np.array([r.resolve_hold for r in plan.beacon]),
         )
+        self.duty = DutyBank(plan.duty, config.tick)
+        self.duty_alerts = AlertBank(
+            self.targets,
+            "duty",
+            np.zeros(n),
+            np.array([r.resolve_hold for r in plan.duty]),
+        )
         # Every surface rule's alert bank, by rule name.
         self.alert_banks: dict[str, AlertBank] = {
             "spike": self.spike_alerts,
             "budget": self.budget_alerts,
             "drop": self.drop_alerts,
             "beacon": self.beacon_alerts,
+            "duty": self.duty_alerts,
         }
 
         # Member row -> its aggregate's index (or the dummy index len(aggregates)).
@@ -254,6 +263,9 @@ class Detector:
         beacon = self.beacon.update(round(now / tick), b)
         for row, prev, new in self.beacon_alerts.step(now, tick, beacon, ~beacon):
             changes.append(self._change(row, "beacon", prev, new, now, contributors))
+        duty, duty_clear = self.duty.update(now - tick, round(now / tick), b > 0)
+        for row, prev, new in self.duty_alerts.step(now, tick, duty, duty_clear):
+            changes.append(self._change(row, "duty", prev, new, now, contributors))
         if self._agg_count:
             self.swarm.learn(now, tick, self.spike.settled(slice(self.members, None)))
         self.spike.learn(judgement, now - tick, b, tick)
@@ -374,6 +386,9 @@ class Detector:
     def beacon_on(self, row: int) -> bool:
         return bool(self.beacon.enabled[row])
 
+    def duty_on(self, row: int) -> bool:
+        return bool(self.duty.enabled[row])
+
     def drop_on(self, row: int) -> bool:
         return bool(self._drop[row] > 0)
 
@@ -423,6 +438,16 @@ class Detector:
             what = (
                 f"wrote {value:,.0f} B every {period:,.0f} s, again and again: a beacon "
                 f"(same size, regular interval)"
+            )
+        elif rule == "duty":
+            duty = self.duty.figures(row)
+            figures |= duty
+            value, threshold = duty["duty_written_ticks"], duty["duty_threshold"]
+            what = (
+                f"was written in {value:,.1f} of its recent ticks (decayed over "
+                f"{duty['duty_window_seconds']:,.0f} s; on no day of its last week more than "
+                f"{duty['duty_highest_day']:,.1f}, threshold {threshold:,.1f}): written far more "
+                f"often than ever, {f.rate:,.1f} B/s"
             )
         elif rule == "drop":
             value, threshold = f.rate, float(self._drop_threshold[row])
@@ -634,6 +659,7 @@ class Detector:
         out |= {f"budget.{a}": getattr(self.budget, a) for a in BudgetBank.STATE}
         out |= {f"relative.{a}": getattr(self.relative, a) for a in RelativeBank.STATE}
         out |= {f"beacon.{a}": getattr(self.beacon, a) for a in BeaconBank.STATE}
+        out |= {f"duty.{a}": getattr(self.duty, a) for a in DutyBank.STATE}
         for rule, bank in self.alert_banks.items():
             out |= {f"{rule}_alerts.{a}": getattr(bank, a) for a in AlertBank.STATE}
         return out
@@ -653,6 +679,7 @@ class Detector:
             + self.budget.nbytes()
             + self.relative.nbytes()
             + self.beacon.nbytes()
+            + self.duty.nbytes()
             + self.swarm.nbytes()
             + sum(bank.nbytes() for bank in self.alert_banks.values())
             + sum(a.nbytes for a in figures)
@@ -735,6 +762,7 @@ class Detector:
                 if name.startswith("swarm.tail."):
                     use = aggregate_pairs
                 persist.restore_rows(target, arrays[name], use)
+        self.duty.restored()
         self.spike.tail.restore_days(header.get("tail_days"))
         self.swarm.tail.restore_days(header.get("swarm_tail_days"))
         return changes

@@ -18,6 +18,7 @@ from alarm.config import (
     BeaconRule,
     BudgetRule,
     Config,
+    DutyRule,
     SpikeRule,
 )
 from alarm.surfaces import SurfaceKey
@@ -37,6 +38,7 @@ class RowPlan:
     # The least a derived budget may allow: the row's kind's unclassified budget.
     floors: list[BudgetRule]
     beacon: list[BeaconRule]  # off on aggregates: members' beacons alarm on the members
+    duty: list[DutyRule]  # off on aggregates, like the beacon rule
     meta_bits: np.ndarray
     # For aggregate row members + j: the member rows it sums (as an index array).
     aggregate_of: list[np.ndarray]
@@ -91,6 +93,8 @@ def plan_rows(config: Config, keys: list[SurfaceKey]) -> RowPlan:
         meta.append(0.0)  # members' bits already include their metadata allowance
     beacon = [b.beacon for b in budget[: len(keys)]]
     beacon += [BeaconRule(enabled=False)] * len(aggregate_of)
+    duty = [b.duty for b in budget[: len(keys)]]
+    duty += [DutyRule(enabled=False)] * len(aggregate_of)
     return RowPlan(
         rows,
         len(keys),
@@ -99,6 +103,7 @@ def plan_rows(config: Config, keys: list[SurfaceKey]) -> RowPlan:
         derived,
         floors,
         beacon,
+        duty,
         np.array(meta),
         aggregate_of,
         members_statistic,

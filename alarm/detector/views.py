@@ -21,12 +21,15 @@ class Rows(Protocol):
     budget_alerts: AlertBank
     drop_alerts: AlertBank
     beacon_alerts: AlertBank
+    duty_alerts: AlertBank
 
     def figures_of(self, row: int) -> SurfaceFigures: ...
 
     def drop_on(self, row: int) -> bool: ...
 
     def beacon_on(self, row: int) -> bool: ...
+
+    def duty_on(self, row: int) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -107,6 +110,12 @@ class SurfaceDetector:
         """None where the beacon rule is off (aggregates, or turned off)."""
         on = self._det.beacon_on(self.row)
         return AlertView(self._det.beacon_alerts, self.row) if on else None
+
+    @property
+    def duty_alert(self) -> AlertView | None:
+        """None where the duty rule is off (aggregates, or turned off)."""
+        on = self._det.duty_on(self.row)
+        return AlertView(self._det.duty_alerts, self.row) if on else None
 
 
 class SurfaceMap(Mapping[SurfaceKey, SurfaceDetector]):

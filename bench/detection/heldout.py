@@ -100,14 +100,14 @@ class CapalarmRun:
 
 def resolve_window(config: Any, assumed: set[str]) -> Callable[[str, str], float]:
     """A rule's resolve window on a target, from capalarm's config (spike and drop: the spike
-    rule's resolve_hold; budget and beacon: the budget's; sources: SOURCE_RESOLVE_HOLD).  A rule
-    this does not know gets the spike rule's window and is named in ``assumed``."""
-    from alarm.config import AggregateRule, BeaconRule, BudgetRule
+    rule's resolve_hold; budget, beacon and duty: the budget's; sources: SOURCE_RESOLVE_HOLD).
+    A rule this does not know gets the spike rule's window and is named in ``assumed``."""
+    from alarm.config import AggregateRule, BudgetRule
     from alarm.detector.engine import SOURCE_RESOLVE_HOLD
 
     by_name = {s.name: s for s in config.surfaces}
-    default_budget_hold = BudgetRule.model_fields["resolve_hold"].default
-    default_beacon_hold = BeaconRule.model_fields["resolve_hold"].default
+    # An aggregate without a budget of its own: the defaults' windows.
+    defaults = BudgetRule(allowance_bits_per_second=1.0, tolerance_bits=1.0)
 
     def window(target: str, rule: str) -> float:
         if target.startswith("source:"):
@@ -115,23 +115,18 @@ def resolve_window(config: Any, assumed: set[str]) -> Callable[[str, str], float
         name, _, kind = target.partition(":")
         if name == score.AGGREGATE:
             agg = config.aggregates.get(kind) or AggregateRule()
-            spike = agg.spike
-            budget_hold = agg.budget.resolve_hold if agg.budget else default_budget_hold
-            beacon_hold = agg.budget.beacon.resolve_hold if agg.budget else default_beacon_hold
+            spike, b = agg.spike, agg.budget or defaults
         elif name == "unclassified":
-            spike = config.unclassified_spike
-            b = config.unclassified_budget(kind)
-            budget_hold, beacon_hold = b.resolve_hold, b.beacon.resolve_hold
+            spike, b = config.unclassified_spike, config.unclassified_budget(kind)
         else:
             s = by_name[target]
-            spike = s.spike
-            b = s.effective_budget()
-            budget_hold, beacon_hold = b.resolve_hold, b.beacon.resolve_hold
+            spike, b = s.spike, s.effective_budget()
         holds = {
             "spike": spike.resolve_hold,
             "drop": spike.resolve_hold,
-            "budget": budget_hold,
-            "beacon": beacon_hold,
+            "budget": b.resolve_hold,
+            "beacon": b.beacon.resolve_hold,
+            "duty": b.duty.resolve_hold,
         }
         if rule not in holds:
             assumed.add(rule)

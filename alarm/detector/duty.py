@@ -1,0 +1,119 @@
+"""Duty rule: a surface written in far more ticks than it ever is, for every row at once.
+
+A drip in small lumps (a few bytes in every tick, a DNS query every few seconds) carries
+10-100 bit/s: a budget sums it for hours before its tolerance is passed, and the spike rule
+never sees it (each tick is small).  What gives it away on a surface that writes a few times
+an hour is *how often* it writes, whatever it writes: the issue's duty cycle, modelled apart
+from the sizes.
+
+Per row, the count of written ticks decayed with time constant ``window`` (c <- c x
+exp(-tick / window) + [tick written]; a steady writer of every tick levels at about
+window / tick), and the highest count of each of its last KEPT_DAYS days.  It fires when the
+count reaches ``ratio`` x the highest kept day plus ``margin`` written ticks, and clears below
+half of that.  The threshold is the surface's own extreme, not a quantile: a week of days
+gives seven maxima, too few for a tail fit, and the day a record falls is not an attack (with
+seven iid days, the next breaks the record one day in eight); ``ratio`` and ``margin`` are the
+distance a record must go beyond it.  A surface whose days reach half of window / tick
+(written in most ticks, in runs) cannot pass it: for those the rule is mute, and the
+volume rules judge them.
+
+A day enters the kept maxima when it ends, as at most the threshold it was judged by: a
+surface that now writes more often (a new normal, or a drip the rule already paged about)
+doubles its threshold a day, so the page resolves within days and a patient attacker cannot
+raise the threshold faster than that.  A row is judged once it has a full day of history.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from alarm.config import DutyRule
+
+DAY = 86400.0
+KEPT_DAYS = 7
+NO_DAY = np.iinfo(np.int32).min  # a kept slot that holds no day
+CLEAR_FRACTION = 0.5  # of the threshold: a drip that pauses for a tick stays one incident
+
+
+class DutyBank:
+    STATE = ("count", "today", "row_day", "kept", "kept_day", "history", "threshold", "last_tick")
+
+    def __init__(self, rules: list[DutyRule], tick: float):
+        n = len(rules)
+        self.tick = tick
+        self.enabled = np.array([r.enabled for r in rules], dtype=bool)
+        self.window = np.array([r.window for r in rules], dtype=np.float64)
+        self.decay = np.exp(-tick / np.maximum(self.window, 1e-9))
+        self.ratio = np.array([r.ratio for r in rules], dtype=np.float64)
+        self.margin = np.array([r.margin for r in rules], dtype=np.float64)
+        self.count = np.zeros(n)
+        self.today = np.zeros(n)  # the highest count so far on the row's current day
+        self.row_day = np.full(n, NO_DAY, dtype=np.int32)  # which day ``today`` is of
+        # Entry-major like every saved array (rows on the last axis, see persist.py).
+        self.kept = np.zeros((KEPT_DAYS, n))
+        self.kept_day = np.full((KEPT_DAYS, n), NO_DAY, dtype=np.int32)
+        self.history = np.zeros(n)  # seconds the row has been judged on
+        self.threshold = np.full(n, np.inf)  # +inf while learning (or off)
+        self.last_tick = np.full(n, np.iinfo(np.int64).min // 2, dtype=np.int64)
+        # The tick index every row was last updated at, while they all agree (None: look
+        # at last_tick, after a restore).
+        self._last: int | None = None
+
+    def nbytes(self) -> int:
+        return sum(getattr(self, name).nbytes for name in self.STATE)
+
+    def restored(self) -> None:
+        """Saved arrays were loaded in place: the rows' last ticks may now differ."""
+        self._last = None
+
+    def update(
+        self, start: float, tick_index: int, written: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One tick (starting at ``start``): (breached, clear) per row."""
+        day = int(start // DAY)
+        if self._last is not None and tick_index == self._last + 1:
+            decay = self.decay
+        else:
+            # Skipped ticks (an outage, a restore) decay the count as empty ticks would.
+            gap = np.clip(tick_index - self.last_tick, 1, 1 << 30)
+            decay = self.decay ** gap.astype(np.float64)
+        self.last_tick[:] = tick_index
+        self._last = tick_index
+        stale = self.row_day != day
+        if stale.any():
+            self._roll(day, np.flatnonzero(stale))
+        self.count *= decay
+        self.count += written
+        np.maximum(self.today, self.count, out=self.today)
+        self.history += self.tick
+        breached = self.enabled & (self.count >= self.threshold)
+        clear = self.count < CLEAR_FRACTION * self.threshold
+        return breached, clear
+
+    def _roll(self, day: int, rows: np.ndarray) -> None:
+        """The rows' day ended: keep its highest count (at most its threshold) and judge the
+        next day by the kept ones."""
+        ended = self.row_day[rows]
+        had = ended != NO_DAY
+        keep, ended = rows[had], ended[had]
+        slot = ended.astype(np.int64) % KEPT_DAYS
+        self.kept[slot, keep] = np.minimum(self.today[keep], self.threshold[keep])
+        self.kept_day[slot, keep] = ended
+        self.today[rows] = 0.0
+        self.row_day[rows] = day
+        fresh = self.kept_day[:, rows] >= day - KEPT_DAYS
+        highest = np.where(fresh, self.kept[:, rows], -np.inf).max(axis=0)
+        judged = self.enabled[rows] & (self.history[rows] >= DAY) & fresh.any(axis=0)
+        self.threshold[rows] = np.where(
+            judged, self.ratio[rows] * highest + self.margin[rows], np.inf
+        )
+
+    def figures(self, row: int) -> dict[str, float]:
+        threshold = float(self.threshold[row])
+        fresh = self.kept_day[:, row] >= self.row_day[row] - KEPT_DAYS
+        return {
+            "duty_written_ticks": float(self.count[row]),
+            "duty_threshold": threshold if np.isfinite(threshold) else 0.0,
+            "duty_highest_day": float(self.kept[fresh, row].max()) if fresh.any() else 0.0,
+            "duty_window_seconds": float(self.window[row]),
+        }

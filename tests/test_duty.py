@@ -1,0 +1,94 @@
+"""The duty rule (alarm/detector/duty.py): a quiet surface written in every tick pages in
+minutes, through the detector a service runs; its ordinary strays never do; a restart keeps
+what it learned."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from alarm.config import config_from_dict
+from alarm.detector.alerts import AlertState
+from alarm.detector.engine import Detector
+from alarm.surfaces import SurfaceKey
+
+TICK = 10.0
+DAY = 8640  # ticks
+KEY: SurfaceKey = ("egress", "quiet")
+
+
+def _detector(**duty: object) -> Detector:
+    surface: dict = {"name": "quiet"}
+    if duty:
+        surface["budget"] = {"allowance_bits_per_second": 1e6, "tolerance_bits": 1e9, "duty": duty}
+    return Detector(config_from_dict({"surfaces": [surface]}), [KEY])
+
+
+def _run(det: Detector, start: int, nbytes: np.ndarray) -> list:
+    changes = []
+    for i, b in enumerate(nbytes):
+        t = start + i + 1
+        changes += det.evaluate_arrays(
+            t * TICK, TICK, np.array([float(b)]), np.array([float(b > 0)]), lambda row: []
+        )
+    return [c for c in changes if c.rule == "duty"]
+
+
+def _strays(rng: np.random.Generator, ticks: int) -> np.ndarray:
+    """One DNS-sized write every half hour or so, at random."""
+    return np.where(rng.random(ticks) < TICK / 1800.0, rng.integers(60, 300, ticks), 0)
+
+
+def test_a_quiet_surface_written_in_every_tick_pages_within_minutes_and_strays_never_do():
+    det = _detector()
+    rng = np.random.default_rng(11)
+    history = _strays(rng, 2 * DAY)
+    assert not _run(det, 0, history), "its ordinary strays paged"
+    assert np.isfinite(det.duty.threshold[0]), "not judged after a full day"
+    # 10 bit/s as 12-13 bytes every tick.
+    drip = np.diff(np.floor(10.0 / 8.0 * TICK * np.arange(DAY // 4 + 1)))
+    changes = _run(det, 2 * DAY, drip)
+    fired = [c for c in changes if c.state == "firing"]
+    assert fired, "a drip in every tick was never seen"
+    first = fired[0]
+    delay_s = first.at - 2 * DAY * TICK
+    assert delay_s <= 120.0, f"paged after {delay_s:.0f} s"
+    assert len(fired) == 1, "one incident, not a page per tick"
+    assert first.figures["duty_threshold"] == first.threshold > 0
+    assert first.value >= first.threshold
+    assert "written far more often than ever" in first.summary
+    # The drip stops: the page resolves after its hold, not before.
+    tail = _run(det, 2 * DAY + DAY // 4, np.zeros(2 * 360))
+    resolved = [c for c in tail if c.state == "resolved"]
+    assert len(resolved) == 1
+    assert resolved[0].at - (2 * DAY + DAY // 4) * TICK >= 3600.0
+
+
+def test_the_rule_is_mute_on_a_surface_written_in_most_ticks():
+    """Threshold beyond what any writer can reach (window / tick): the volume rules judge it."""
+    det = _detector()
+    rng = np.random.default_rng(3)
+    busy = np.where(rng.random(2 * DAY) < 0.6, 1000, 0)
+    _run(det, 0, busy)
+    assert det.duty.threshold[0] > 1.0 / (1.0 - det.duty.decay[0])
+    assert not _run(det, 2 * DAY, np.full(600, 1000)), "a writer of every tick paged"
+
+
+def test_a_restart_keeps_the_learned_days_and_an_open_page():
+    det = _detector()
+    rng = np.random.default_rng(7)
+    _run(det, 0, _strays(rng, 2 * DAY))
+    fired = _run(det, 2 * DAY, np.full(60, 13))
+    assert [c.state for c in fired] == ["firing"]
+    restored = _detector()
+    restored.load_state(det.to_state())
+    assert restored.duty.threshold[0] == det.duty.threshold[0]
+    assert restored.surfaces[KEY].duty_alert.state == AlertState.FIRING
+    # Still dripping after the restart: the same incident goes on, no second page.
+    assert not [c for c in _run(restored, 2 * DAY + 60, np.full(60, 13)) if c.state == "firing"]
+
+
+def test_turned_off_it_never_judges():
+    det = _detector(enabled=False)
+    _run(det, 0, np.zeros(DAY + 10))
+    assert det.surfaces[KEY].duty_alert is None
+    assert not _run(det, DAY + 10, np.full(100, 13))
