@@ -665,7 +665,7 @@ def surface() -> dict[str, Any]:
         [
             state_timeline(
                 "Alert state by rule",
-                "The surface's rules (spike, budget, and drop and beacon where on) per node: inactive, pending or firing.",
+                "The surface's rules (spike, budget, and drop, beacon and duty where on) per node: inactive, pending or firing.",
                 'capalarm_alert_state{job=~"$job", instance=~"$instance", target_type="surface", target="$surface"}',
                 "{{instance}} {{rule}}",
                 ALERT_STATE_MAPPINGS,

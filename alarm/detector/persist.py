@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 VERSION = 2
-DTYPES = frozenset({"float32", "float64", "int64", "int8", "uint16", "uint32", "bool"})
+DTYPES = frozenset({"float32", "float64", "int64", "int32", "int8", "uint16", "uint32", "bool"})
 
 
 def pack(arr: np.ndarray) -> dict[str, Any]:
