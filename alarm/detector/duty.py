@@ -55,9 +55,10 @@ class DutyBank:
         self.history = np.zeros(n)  # seconds the row has been judged on
         self.threshold = np.full(n, np.inf)  # +inf while learning (or off)
         self.last_tick = np.full(n, np.iinfo(np.int64).min // 2, dtype=np.int64)
-        # The tick index every row was last updated at, while they all agree (None: look
-        # at last_tick, after a restore).
+        # The tick index and day every row was last updated at, while they all agree (None:
+        # look at the rows' own, after a restore).
         self._last: int | None = None
+        self._day: int | None = None
 
     def nbytes(self) -> int:
         return sum(getattr(self, name).nbytes for name in self.STATE)
@@ -65,6 +66,7 @@ class DutyBank:
     def restored(self) -> None:
         """Saved arrays were loaded in place: the rows' last ticks may now differ."""
         self._last = None
+        self._day = None
 
     def update(
         self, start: float, tick_index: int, written: np.ndarray
@@ -79,9 +81,12 @@ class DutyBank:
             decay = self.decay ** gap.astype(np.float64)
         self.last_tick[:] = tick_index
         self._last = tick_index
-        stale = self.row_day != day
-        if stale.any():
-            self._roll(day, np.flatnonzero(stale))
+        if day != self._day:
+            # Once a day (and after a restore): a pass over the rows, not every tick.
+            stale = self.row_day != day
+            if stale.any():
+                self._roll(day, np.flatnonzero(stale))
+            self._day = day
         self.count *= decay
         self.count += written
         np.maximum(self.today, self.count, out=self.today)

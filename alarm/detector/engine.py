@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from alarm.config import Config
+from alarm.config import BeaconRule, BudgetRule, Config, DutyRule
 from alarm.detector import persist
 from alarm.detector.alerts import AlertBank, AlertChange, AlertMachine, AlertState, fingerprint
 from alarm.detector.beacon import BeaconBank
@@ -119,27 +119,18 @@ class Detector:
             np.array([r.resolve_hold for r in plan.spike]),
         )
         self._drop_threshold = np.zeros(n)
-        self.budget_alerts = AlertBank(
-            self.targets,
-            "budget",
-            np.zeros(n),
-            np.array([r.resolve_hold for r in plan.budget]),
-        )
+
+        def at_once(rule: str, rules: Sequence[BudgetRule | BeaconRule | DutyRule]) -> AlertBank:
+            """The alert bank of a rule that fires on its first breached tick."""
+            resolve = np.array([r.resolve_hold for r in rules])
+            return AlertBank(self.targets, rule, np.zeros(n), resolve)
+
+        self.budget_alerts = at_once("budget", plan.budget)
         self._budget_hyst = np.array([r.hysteresis for r in plan.budget])
         self.beacon = BeaconBank(plan.beacon, config.tick)
-        self.beacon_alerts = AlertBank(
-            self.targets,
-            "beacon",
-            np.zeros(n),
-            np.array([r.resolve_hold for r in plan.beacon]),
-        )
+        self.beacon_alerts = at_once("beacon", plan.beacon)
         self.duty = DutyBank(plan.duty, config.tick)
-        self.duty_alerts = AlertBank(
-            self.targets,
-            "duty",
-            np.zeros(n),
-            np.array([r.resolve_hold for r in plan.duty]),
-        )
+        self.duty_alerts = at_once("duty", plan.duty)
         # Every surface rule's alert bank, by rule name.
         self.alert_banks: dict[str, AlertBank] = {
             "spike": self.spike_alerts,
@@ -260,10 +251,11 @@ class Detector:
         ):
             changes.append(self._change(row, "budget", prev, new, now, contributors))
         self._misconfigured(now)
-        beacon = self.beacon.update(round(now / tick), b)
+        tick_index = round(now / tick)
+        beacon = self.beacon.update(tick_index, b)
         for row, prev, new in self.beacon_alerts.step(now, tick, beacon, ~beacon):
             changes.append(self._change(row, "beacon", prev, new, now, contributors))
-        duty, duty_clear = self.duty.update(now - tick, round(now / tick), b > 0)
+        duty, duty_clear = self.duty.update(now - tick, tick_index, b > 0)
         for row, prev, new in self.duty_alerts.step(now, tick, duty, duty_clear):
             changes.append(self._change(row, "duty", prev, new, now, contributors))
         if self._agg_count:
