@@ -250,14 +250,9 @@ def surface_card(s: SurfaceView, window: HistoryWindow | None, j: int | None, no
             f"budget rule: {STATE_NAMES[s.budget_state]}",
         ),
     ]
-    if s.beacon_state is not None:
-        figs.append(
-            _fig("beacon", STATE_NAMES[s.beacon_state], f"st-{STATE_NAMES[s.beacon_state]}")
-        )
-    if s.duty_state is not None:
-        figs.append(_fig("duty", STATE_NAMES[s.duty_state], f"st-{STATE_NAMES[s.duty_state]}"))
-    if s.drop_state is not None:
-        figs.append(_fig("drop", STATE_NAMES[s.drop_state], f"st-{STATE_NAMES[s.drop_state]}"))
+    for rule, st in s.rule_states().items():
+        if rule not in ("spike", "budget"):  # the optional rules, shown where the surface has them
+            figs.append(_fig(rule, STATE_NAMES[st], f"st-{STATE_NAMES[st]}"))
     figs.append(_fig("written", _e(human(float(s.bytes_total), "B"))))
     if window is not None and j is not None:
         body = chart(window, j, f"{s.name}: last hour of rate against threshold and budget")
