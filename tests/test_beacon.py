@@ -58,6 +58,20 @@ def test_a_beacon_among_a_boards_own_writes_is_seen_at_its_fifth_write():
     assert bank.period[0] == 10 and bank.size[0] == 1024
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_a_beacon_on_a_surface_busy_between_its_beats_is_seen_by_its_tenth_beat(seed):
+    # A board written ~4 times per 30-minute period: the ring has to keep the first beats
+    # through every write in between.
+    rng = np.random.default_rng(seed)
+    board = sparse_writes(rng, 2000, per_hour=8.0)
+    bank = BeaconBank([BeaconRule()], TICK)
+    assert first_evidence(bank, board[:1000]) is None
+    writes = board[1000:] + beacon(1000, 30, 1024.0, start=3)
+    at = first_evidence(bank, writes, start=2000)
+    assert at is not None and at <= 3 + 9 * 30
+    assert bank.period[0] == 30 and bank.size[0] == 1024
+
+
 def test_a_jittered_beacon_is_seen_and_a_padded_one_with_a_size_tolerance():
     bank = BeaconBank([BeaconRule(), BeaconRule(size_tolerance=0.1)], TICK)
     jittered = beacon(200, 30, 700.0, jitter=2, seed=3)

@@ -24,7 +24,12 @@ import numpy as np
 from alarm.config import BeaconRule
 from alarm.detector import fused
 
-RING = 16  # writes remembered per row: a beacon among benign writes keeps most of the ring
+# Writes remembered per row.  The ring must hold a beacon's ``repeats`` beats and every write
+# of the surface's own in between: at 16 a surface writing three times per period pushed the
+# first beats out before the fifth came (a 30-min beacon on a host written in 3 % of its 10 s
+# ticks meets about five such writes per period).  32 holds the default five beats with six
+# other writes per period, at the same tick cost (docs/detector.md, "Beacon rule").
+RING = 32
 NO_TICK = np.iinfo(np.int64).min // 2  # an empty ring entry: never a gap that matches
 
 
