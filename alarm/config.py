@@ -157,7 +157,10 @@ class DutyRule(Strict):
     ``window``, fires at ``ratio`` x the highest count of its last week's days plus ``margin``
     written ticks, and resolves after ``resolve_hold`` below half of that.  A surface that
     writes a few times an hour and then in every tick (a drip in small lumps) is seen in a
-    few ticks, long before the bits add up to a budget's tolerance."""
+    few ticks, long before the bits add up to a budget's tolerance.  Its run of ticks written
+    without a pause is judged the same way (``ratio`` x the longest run of the kept days plus
+    ``margin`` ticks, once a week is kept): a cache written in most ticks is seen when it
+    writes without a pause for twice as long as it ever does."""
 
     enabled: bool = True
     window: Duration = Field(300.0, gt=0)

@@ -17,6 +17,15 @@ distance a record must go beyond it.  A surface whose days reach half of window 
 (written in most ticks, in runs) cannot pass it: for those the rule is mute, and the
 volume rules judge them.
 
+The same extreme judges a second statistic: the *run*, the ticks written in a row without
+a pause.  A surface written in most ticks cannot pass the count's threshold, but its runs end
+at random: a cache written in a third of its ticks, with warm-ups that write every tick for
+up to a quarter of an hour, never writes for half an hour without a pause, and a leak that
+writes in every tick (a ramp, a drip on a busy cache) does.  The run fires at ``ratio`` x the
+longest run of the kept days plus ``margin`` ticks, and clears once the run has broken.  A
+surface written in every tick, always (a busy proxy), has one run as long as its history: the
+run statistic is mute there too.
+
 A day enters the kept maxima when it ends, as at most the threshold it was judged by: a
 surface that now writes more often (a new normal, or a drip the rule already paged about)
 doubles its threshold a day, so the page resolves within days and a patient attacker cannot
@@ -32,11 +41,28 @@ from alarm.config import DutyRule
 DAY = 86400.0
 KEPT_DAYS = 7
 NO_DAY = np.iinfo(np.int32).min  # a kept slot that holds no day
+# The run statistic judges once a week of days is kept: legitimate long runs (a cache's
+# warm-ups) come a few times a week, not every day (docs/detector.md, "Duty rule").
+RUN_JUDGED_AFTER = KEPT_DAYS * DAY
 CLEAR_FRACTION = 0.5  # of the threshold: a drip that pauses for a tick stays one incident
 
 
 class DutyBank:
-    STATE = ("count", "today", "row_day", "kept", "kept_day", "history", "threshold", "last_tick")
+    STATE = (
+        "count",
+        "today",
+        "row_day",
+        "kept",
+        "kept_day",
+        "history",
+        "threshold",
+        "last_tick",
+        "run",
+        "run_today",
+        "run_kept",
+        "run_history",
+        "run_threshold",
+    )
 
     def __init__(self, rules: list[DutyRule], tick: float):
         n = len(rules)
@@ -55,6 +81,14 @@ class DutyBank:
         self.history = np.zeros(n)  # seconds the row has been judged on
         self.threshold = np.full(n, np.inf)  # +inf while learning (or off)
         self.last_tick = np.full(n, np.iinfo(np.int64).min // 2, dtype=np.int64)
+        # The run statistic: ticks written in a row, its highest of each kept day (the day
+        # slots are ``kept_day``'s), and its own history, so that a state saved before it
+        # existed is not judged by a partial day's run.
+        self.run = np.zeros(n)
+        self.run_today = np.zeros(n)
+        self.run_kept = np.zeros((KEPT_DAYS, n))
+        self.run_history = np.zeros(n)
+        self.run_threshold = np.full(n, np.inf)
         # The tick index and day every row was last updated at, while they all agree (None:
         # look at the rows' own, after a restore).
         self._last: int | None = None
@@ -79,6 +113,7 @@ class DutyBank:
             # Skipped ticks (an outage, a restore) decay the count as empty ticks would.
             gap = np.clip(tick_index - self.last_tick, 1, 1 << 30)
             decay = self.decay ** gap.astype(np.float64)
+            self.run[gap > 1] = 0.0  # and break the run
         self.last_tick[:] = tick_index
         self._last = tick_index
         if day != self._day:
@@ -90,9 +125,17 @@ class DutyBank:
         self.count *= decay
         self.count += written
         np.maximum(self.today, self.count, out=self.today)
+        self.run += 1.0
+        self.run *= written
+        np.maximum(self.run_today, self.run, out=self.run_today)
         self.history += self.tick
-        breached = self.enabled & (self.count >= self.threshold)
-        clear = self.count < CLEAR_FRACTION * self.threshold
+        self.run_history += self.tick
+        breached = self.enabled & (
+            (self.count >= self.threshold) | (self.run >= self.run_threshold)
+        )
+        clear = (self.count < CLEAR_FRACTION * self.threshold) & (
+            self.run < CLEAR_FRACTION * self.run_threshold
+        )
         return breached, clear
 
     def _roll(self, day: int, rows: np.ndarray) -> None:
@@ -103,22 +146,41 @@ class DutyBank:
         keep, ended = rows[had], ended[had]
         slot = ended.astype(np.int64) % KEPT_DAYS
         self.kept[slot, keep] = np.minimum(self.today[keep], self.threshold[keep])
+        self.run_kept[slot, keep] = np.minimum(self.run_today[keep], self.run_threshold[keep])
         self.kept_day[slot, keep] = ended
         self.today[rows] = 0.0
+        self.run_today[rows] = self.run[rows]  # a run that goes on counts in the new day too
         self.row_day[rows] = day
         fresh = self.kept_day[:, rows] >= day - KEPT_DAYS
+        judged = self.enabled[rows] & fresh.any(axis=0)
+        ratio, margin = self.ratio[rows], self.margin[rows]
         highest = np.where(fresh, self.kept[:, rows], -np.inf).max(axis=0)
-        judged = self.enabled[rows] & (self.history[rows] >= DAY) & fresh.any(axis=0)
         self.threshold[rows] = np.where(
-            judged, self.ratio[rows] * highest + self.margin[rows], np.inf
+            judged & (self.history[rows] >= DAY), ratio * highest + margin, np.inf
+        )
+        longest = np.where(fresh, self.run_kept[:, rows], -np.inf).max(axis=0)
+        self.run_threshold[rows] = np.where(
+            judged & (self.run_history[rows] >= RUN_JUDGED_AFTER), ratio * longest + margin, np.inf
         )
 
-    def figures(self, row: int) -> dict[str, float]:
-        threshold = float(self.threshold[row])
+    def run_leads(self, row: int) -> bool:
+        """Whether the run, not the count, is the statistic furthest past its threshold."""
+        return bool(self.run[row] * self.threshold[row] > self.count[row] * self.run_threshold[row])
+
+    def figures(self, row: int) -> dict[str, float | str]:
+        def finite(x: float) -> float:
+            return x if np.isfinite(x) else 0.0
+
         fresh = self.kept_day[:, row] >= self.row_day[row] - KEPT_DAYS
+        kept = self.kept[fresh, row]
+        runs = self.run_kept[fresh, row]
         return {
+            "duty_statistic": "run" if self.run_leads(row) else "count",
             "duty_written_ticks": float(self.count[row]),
-            "duty_threshold": threshold if np.isfinite(threshold) else 0.0,
-            "duty_highest_day": float(self.kept[fresh, row].max()) if fresh.any() else 0.0,
+            "duty_threshold": finite(float(self.threshold[row])),
+            "duty_highest_day": float(kept.max()) if kept.size else 0.0,
             "duty_window_seconds": float(self.window[row]),
+            "duty_run_seconds": float(self.run[row]) * self.tick,
+            "duty_run_threshold_seconds": finite(float(self.run_threshold[row])) * self.tick,
+            "duty_longest_run_seconds": (float(runs.max()) if runs.size else 0.0) * self.tick,
         }

@@ -434,13 +434,22 @@ class Detector:
         elif rule == "duty":
             duty = self.duty.figures(row)
             figures |= duty
-            value, threshold = duty["duty_written_ticks"], duty["duty_threshold"]
-            what = (
-                f"was written in {value:,.1f} of its recent ticks (decayed over "
-                f"{duty['duty_window_seconds']:,.0f} s; on no day of its last week more than "
-                f"{duty['duty_highest_day']:,.1f}, threshold {threshold:,.1f}): written far more "
-                f"often than ever, {f.rate:,.1f} B/s"
-            )
+            if duty["duty_statistic"] == "run":
+                value, threshold = duty["duty_run_seconds"], duty["duty_run_threshold_seconds"]
+                what = (
+                    f"was written in every tick for {value:,.0f} s without a pause (on no day "
+                    f"of its last week longer than {duty['duty_longest_run_seconds']:,.0f} s, "
+                    f"threshold {threshold:,.0f} s): written far more often than ever, "
+                    f"{f.rate:,.1f} B/s"
+                )
+            else:
+                value, threshold = duty["duty_written_ticks"], duty["duty_threshold"]
+                what = (
+                    f"was written in {value:,.1f} of its recent ticks (decayed over "
+                    f"{duty['duty_window_seconds']:,.0f} s; on no day of its last week more "
+                    f"than {duty['duty_highest_day']:,.1f}, threshold {threshold:,.1f}): "
+                    f"written far more often than ever, {f.rate:,.1f} B/s"
+                )
         elif rule == "drop":
             value, threshold = f.rate, float(self._drop_threshold[row])
             what = (
