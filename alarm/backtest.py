@@ -336,7 +336,9 @@ def run_backtest(
     extra = {n: t for n, t in replays_named.items() if n not in live}
     # Write events may name any kind's surfaces (or undeclared ones of any kind).
     named = any(f not in KERNEL_FORMATS for _, f in formats)
-    pipeline = Pipeline(backtest_config, extra, extra_kinds=SURFACE_KINDS if named else ())
+    pipeline = Pipeline(
+        backtest_config, extra, extra_kinds=SURFACE_KINDS if named else (), keep_history=False
+    )
     summary = BacktestSummary(inputs=len(inputs))
     undeclared: Counter[str] = Counter()
     declared = {s.name for s in config.surfaces}

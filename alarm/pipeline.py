@@ -69,10 +69,13 @@ class Pipeline:
         config: Config,
         extra_sources: Mapping[str, tuple[str, str]] = {},
         extra_kinds: Iterable[str] = (),
+        keep_history: bool = True,
     ):
         """``extra_sources``: name -> (type, kind) of sources not in ``config.sources`` (the
         demo's and tests' own collectors, the backtest's inputs); ``extra_kinds``: kinds to
-        keep an ``unclassified`` surface for although nothing declares or feeds them."""
+        keep an ``unclassified`` surface for although nothing declares or feeds them;
+        ``keep_history``: keep the last hour of every surface for the status page (a
+        backtest, which serves no page, does not)."""
         self.config = config
         self.tick = config.tick
         kinds = set(config.kinds_in_use()) | {kind for _, kind in extra_sources.values()}
@@ -96,7 +99,7 @@ class Pipeline:
             )
         self.detector = Detector(config, list(self.table.keys))
         # -- history (status page): the last hour of every detector row -------------------
-        self.history = History(len(self.detector.keys), config.tick)
+        self.history = History(len(self.detector.keys), config.tick) if keep_history else None
         et = config.event_time
         self.clock = EventClock(config.tick, et.grace, et.lateness, et.max_backlog)
         self.sources: dict[str, SourceState] = {}
@@ -195,6 +198,11 @@ class Pipeline:
         """What each subject wrote, tick by tick and surface by surface, staged in the tick
         its events count in (credited as evidence when that tick is evaluated)."""
         n = len(ev.subjects)
+        if not any(ev.subjects.contributor(i) for i in range(n)):
+            # No subject names a contributor (write events replayed without one): there is
+            # nothing to credit, and grouping a backlog's cells by tick and surface to find
+            # that out cost more than the rest of the batch.
+            return
         first = int(ticks.min())
         # Live, a batch is within one tick; a backlog or a replay spans many.
         one_tick = int(ticks.max()) == first
@@ -288,7 +296,8 @@ class Pipeline:
         changes = self.detector.evaluate_arrays(
             end, tick, nbytes, events, lambda row: table.evidence(row, top), capacity
         )
-        self.history.record(end, *self.detector.last_tick_columns())
+        if self.history is not None:
+            self.history.record(end, *self.detector.last_tick_columns())
         judged = []
         for name, s in self.sources.items():
             h = health.get(name)
@@ -379,7 +388,8 @@ class Pipeline:
         """Keep the charts of the surfaces a reload keeps."""
         where = {key: i for i, key in enumerate(old.detector.keys)}
         rows = np.array([where.get(key, -1) for key in self.detector.keys], dtype=np.int64)
-        self.history.adopt(old.history, rows)
+        if self.history is not None and old.history is not None:
+            self.history.adopt(old.history, rows)
 
     def snapshot(
         self,
@@ -433,7 +443,7 @@ class Pipeline:
                 )
             )
         window = None
-        if history is not None:
+        if history is not None and self.history is not None:
             names = history.names
             order = [
                 i for i in attention_order(surfaces) if names is None or surfaces[i].name in names

@@ -197,9 +197,9 @@ class AlertBank:
     ) -> list[tuple[int, AlertState, AlertState]]:
         """Advance every row one tick ending at ``now``; returns (row, previous, new) for each
         row that changed (new is RESOLVED when a firing alert resolved)."""
+        if not self.state.any() and not breached.any():
+            return []  # every row at rest and none breached: the usual tick
         rows = np.flatnonzero(breached | (self.state != AlertState.INACTIVE))
-        if rows.size == 0:
-            return []
         st = self.state[rows]
         br = breached[rows]
         cl = clear[rows] & ~br
@@ -244,6 +244,8 @@ class AlertBank:
         x the value last announced (``ratio`` inf: never).  Remembers what is announced."""
         fired = [r for r, _, new in changes if new == AlertState.FIRING]
         self.peak[fired] = values[fired]
+        if not self.state.any():
+            return []  # nothing firing
         firing = self.state == AlertState.FIRING
         firing[fired] = False
         rows = np.flatnonzero(firing & (values / ratio > self.peak))  # inf ratio: 0, never

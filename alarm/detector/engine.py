@@ -154,6 +154,17 @@ class Detector:
         self._agg_members: list[slice | np.ndarray] | None = None
         if 0 < self._agg_count <= AGGREGATES_BY_SELECTION:
             self._agg_members = [_as_slice(np.asarray(m)) for m in plan.aggregate_of]
+        # Where some aggregate's members are not one run of rows (kinds declared interleaved),
+        # the member rows grouped by aggregate and where each group starts: one gather and
+        # one reduceat sum every aggregate (a gather and a sum per aggregate cost more at a
+        # few dozen rows, where a tick is mostly calls).
+        self._agg_gather: tuple[np.ndarray, np.ndarray] | None = None
+        if self._agg_members is not None and not all(
+            isinstance(m, slice) for m in self._agg_members
+        ):
+            order = np.concatenate([np.asarray(m, dtype=np.int64) for m in plan.aggregate_of])
+            starts = np.cumsum([0] + [len(m) for m in plan.aggregate_of[:-1]])
+            self._agg_gather = (order, starts.astype(np.int64))
         # The aggregates' members statistic (swarm.py), one more statistic of their spike rule.
         self.swarm = MemberShift(
             n,
@@ -199,9 +210,11 @@ class Detector:
         member_bits = 8.0 * carried + self._meta[:n] * events
         b, e, bits = nbytes, events, member_bits
         if self._agg_count:
-            b = np.concatenate([nbytes, self._sum_by_aggregate(nbytes)])
-            e = np.concatenate([events, self._sum_by_aggregate(events)])
-            bits = np.concatenate([member_bits, self._sum_by_aggregate(member_bits)])
+            # One array of the three columns, members then aggregates, summed in one pass.
+            columns = np.empty((3, len(self.keys)))
+            columns[0, :n], columns[1, :n], columns[2, :n] = nbytes, events, member_bits
+            self._sum_by_aggregate(columns[:, :n], out=columns[:, n:])
+            b, e, bits = columns
         rate = b / tick
         self._bytes = b
         self._rate = rate
@@ -223,8 +236,7 @@ class Detector:
         if self._agg_count:
             # The aggregate alarms what no member alarms (a swarm), not a member's own spike
             # or overrun a second time.
-            self._suppress_aggregates(spike_breach)
-            self._suppress_aggregates(budget_breach)
+            self._suppress_aggregates(spike_breach, budget_breach)
             # The members statistic is not suppressed: no member alone can carry it (each
             # counts at most swarm.HUBER of its spreads), so it says what no member says.
             n = self.members
@@ -259,7 +271,7 @@ class Detector:
         for row, prev, new in self.duty_alerts.step(now, tick, duty, duty_clear):
             changes.append(self._change(row, "duty", prev, new, now, contributors))
         if self._agg_count:
-            self.swarm.learn(now, tick, self.spike.settled(slice(self.members, None)))
+            self.swarm.learn(now, tick, judgement.settled[self.members :])
         self.spike.learn(judgement, now - tick, b, tick)
         return changes
 
@@ -297,17 +309,30 @@ class Detector:
             for row, prev, new in self.drop_alerts.step(now, tick, breach, rate >= thr)
         ]
 
-    def _sum_by_aggregate(self, values: np.ndarray) -> np.ndarray:
+    def _sum_by_aggregate(self, values: np.ndarray, out: np.ndarray) -> None:
+        """Each row of ``values`` (columns: the members) summed per aggregate into ``out``
+        (columns: the aggregates)."""
+        if self._agg_gather is not None:
+            order, starts = self._agg_gather
+            np.add.reduceat(values.take(order, axis=1), starts, axis=1, out=out)
+            return
         if self._agg_members is not None:
-            return np.array([values[m].sum() for m in self._agg_members], dtype=np.float64)
-        return np.bincount(self._agg_index, weights=values, minlength=self._agg_count + 1)[
-            : self._agg_count
-        ]
+            for j, members in enumerate(self._agg_members):
+                values[:, members].sum(axis=1, out=out[:, j])
+            return
+        for i, row in enumerate(values):
+            out[i] = np.bincount(self._agg_index, weights=row, minlength=self._agg_count + 1)[
+                : self._agg_count
+            ]
 
-    def _suppress_aggregates(self, breach: np.ndarray) -> None:
+    def _suppress_aggregates(self, *breaches: np.ndarray) -> None:
+        """An aggregate's breach of each rule is dropped where a member breached it too."""
         n = self.members
-        members_breached = self._sum_by_aggregate(breach[:n].astype(np.float64))
-        breach[n:] &= members_breached == 0
+        members = np.array([breach[:n] for breach in breaches], dtype=np.float64)
+        breached = np.empty((len(breaches), self._agg_count))
+        self._sum_by_aggregate(members, out=breached)
+        for breach, count in zip(breaches, breached, strict=True):
+            breach[n:] &= count == 0
 
     def _spike_figures(self) -> tuple[np.ndarray, np.ndarray]:
         """The last tick's spike threshold (bytes/s a written tick must pass; +inf where not

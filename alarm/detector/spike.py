@@ -68,6 +68,8 @@ class SpikeJudgement:
     level: Prediction  # the rate level (seasonal baseline of the 30-minute rate)
     size_level: np.ndarray  # log bytes of a written tick at this hour
     log_bytes: np.ndarray  # this tick's (the size statistic before its level)
+    # Rows observed long enough for their residuals to measure the surface (WARMUP_SECONDS).
+    settled: np.ndarray
 
 
 class SizeLevel:
@@ -237,24 +239,29 @@ class SpikeModel:
         breach = (worst > 0) & (np.maximum(rate, self.rates.max(axis=0)) >= self.floor)
         breach |= rate > self.absolute
         clear = (worst <= self.log_hyst) & (rate <= self.absolute)
+        settled = self.size.age * tick >= WARMUP_SECONDS
         return SpikeJudgement(
-            breach, clear, residuals, judged, thresholds, over, level, size_level, log_bytes
+            breach,
+            clear,
+            residuals,
+            judged,
+            thresholds,
+            over,
+            level,
+            size_level,
+            log_bytes,
+            settled,
         )
-
-    def settled(self, rows: slice = slice(None)) -> np.ndarray:
-        """Of ``rows``, those observed long enough for their residuals to measure the
-        surface."""
-        return self.size.age[rows] * self.tick >= WARMUP_SECONDS
 
     def size_known(self, j: SpikeJudgement, rows: slice = slice(None)) -> np.ndarray:
         """Of ``rows``, those whose size residual this tick measures a write against a known
         level."""
-        return j.judged[0][rows] & self.settled(rows) & (self.size.count[rows] >= SIZE_READY)
+        return j.judged[0][rows] & j.settled[rows] & (self.size.count[rows] >= SIZE_READY)
 
     def learn(self, j: SpikeJudgement, start: float, nbytes: np.ndarray, seconds: float) -> None:
         hour = int((start % DAY) // HOUR)
         r = j.residuals.reshape(-1)
-        settled = self.settled()
+        settled = j.settled
         judged = j.judged & settled
         judged[0] &= self.size.count >= SIZE_READY
         judged = judged.reshape(-1)
