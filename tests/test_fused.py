@@ -39,10 +39,21 @@ def _no_evidence(row: int) -> list:
     return []
 
 
-def _surface(i: int, tolerant: bool) -> dict:
+KINDS = ("egress", "fs", "registry")
+
+
+def _kind(i: int, tick: float) -> str:
+    # Five-minute ticks interleave the kinds, so that every aggregate's members are scattered
+    # rows (summed by gather and reduceat), and egress members of ten-second ticks are one run.
+    return KINDS[i % 3] if tick > 60 else "egress"
+
+
+def _surface(i: int, tolerant: bool, kind: str) -> dict:
+    match = {"egress": {"dport": [i + 1]}, "fs": {"path": [f"/srv/s{i}"]}}
     surface = {
         "name": f"s{i}",
-        "match": {"dport": [i + 1]},
+        "kind": kind,
+        "match": match.get(kind, {"repository": [f"r{i}"]}),
         "spike": {"min_history": "10m", "min_peaks": 6},
     }
     if i % 10 == 0:  # declared budgets, some below what the surface carries (misconfigured)
@@ -53,9 +64,9 @@ def _surface(i: int, tolerant: bool) -> dict:
 
 
 def _detector(n: int, tick: float) -> Detector:
-    surfaces = [_surface(i, tolerant=tick > 60) for i in range(n)]
+    surfaces = [_surface(i, tolerant=tick > 60, kind=_kind(i, tick)) for i in range(n)]
     config = config_from_dict({"tick": f"{tick:g}s", "surfaces": surfaces})
-    keys = [("egress", f"s{i}") for i in range(n)] + [("egress", "unclassified")]
+    keys = [(_kind(i, tick), f"s{i}") for i in range(n)] + [("egress", "unclassified")]
     return Detector(config, keys)
 
 

@@ -189,6 +189,11 @@ class AlertBank:
     def nbytes(self) -> int:
         return sum(getattr(self, name).nbytes for name in self.STATE)
 
+    def tick_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays the whole native tick reads and writes (fused.py), by name."""
+        names = ("state", "started_at", "pending_since", "clear_since", "hold", "resolve_hold")
+        return {f"{self.rule}_alerts.{a}": getattr(self, a) for a in names}
+
     def fingerprint(self, row: int) -> str:
         return fingerprint(self.targets[row], self.rule)
 
@@ -243,7 +248,8 @@ class AlertBank:
         """Rows to re-announce: firing, not announced this tick, and ``values`` above ``ratio``
         x the value last announced (``ratio`` inf: never).  Remembers what is announced."""
         fired = [r for r, _, new in changes if new == AlertState.FIRING]
-        self.peak[fired] = values[fired]
+        if fired:
+            self.peak[fired] = values[fired]
         if not self.state.any():
             return []  # nothing firing
         firing = self.state == AlertState.FIRING

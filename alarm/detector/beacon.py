@@ -59,6 +59,19 @@ class BeaconBank:
     def nbytes(self) -> int:
         return sum(getattr(self, name).nbytes for name in self.STATE)
 
+    def tick_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays the whole native tick reads and writes (fused.py), by name."""
+        names = ("enabled", "repeats", "min_bytes", "jitter", "max_period", "ring_tick")
+        names += ("ring_bytes", "ring_pos", "period", "size")
+        return {f"beacon.{a}": getattr(self, a) for a in names} | {
+            "beacon.tolerance32": self._tolerance32
+        }
+
+    @property
+    def exact(self) -> bool:
+        """Whether every row matches sizes exactly (no size tolerance)."""
+        return self._exact
+
     def update(self, tick_index: int, nbytes: np.ndarray) -> np.ndarray:
         """Judge and remember one tick's byte counts; True where the tick is beacon evidence."""
         self.period[:] = 0

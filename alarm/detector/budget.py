@@ -176,6 +176,27 @@ class BudgetBank:
         self._uniform_window = self.window[:, 0].copy() if uniform else None
         self._modes_cache: tuple[tuple, _Modes] | None = None
 
+    def tick_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays the whole native tick reads and writes (fused.py), by name."""
+        names = ("excess", "last_step", "follow_excess", "envelope", "settled_envelope")
+        names += ("window_bits", "age", "misconfigured", "declared_allowance")
+        names += ("declared_tolerance", "window", "derived", "floor_allowance")
+        names += ("floor_tolerance", "enabled", "allowance", "tolerance", "fitted")
+        out = {f"budget.{a}": getattr(self, a) for a in names}
+        out["budget.inv_tolerance"] = self._inv_tolerance
+        return out
+
+    def tick_constants(self) -> dict[str, float]:
+        """The scalars the whole native tick needs of the budgets (fused.py)."""
+        return {
+            "learning_seconds": LEARNING_SECONDS,
+            "settled_window": SETTLED_WINDOW,
+            "envelope_margin": ENVELOPE_MARGIN,
+            "margin_windows": MARGIN_WINDOWS,
+            "forget": self._forget,
+            "rise": self._rise,
+        }
+
     def nbytes(self) -> int:
         fixed = (self.allowance, self.tolerance, self.declared_allowance, self.window)
         return sum(a.nbytes for a in fixed) + sum(getattr(self, a).nbytes for a in self.STATE)

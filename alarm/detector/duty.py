@@ -106,6 +106,27 @@ class DutyBank:
         self, start: float, tick_index: int, written: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """One tick (starting at ``start``): (breached, clear) per row."""
+        decay = self.advance(start, tick_index)
+        self.count *= decay
+        self.count += written
+        np.maximum(self.today, self.count, out=self.today)
+        self.run += 1.0
+        self.run *= written
+        np.maximum(self.run_today, self.run, out=self.run_today)
+        self.history += self.tick
+        self.run_history += self.tick
+        breached = self.enabled & (
+            (self.count >= self.threshold) | (self.run >= self.run_threshold)
+        )
+        clear = (self.count < CLEAR_FRACTION * self.threshold) & (
+            self.run < CLEAR_FRACTION * self.run_threshold
+        )
+        return breached, clear
+
+    def advance(self, start: float, tick_index: int) -> np.ndarray:
+        """The bookkeeping of a tick before its counts: the days that ended roll, ticks
+        skipped since the last one break the runs; returns each row's decay of the count
+        for this tick (``update`` applies it; the native tick does the same, fused.py)."""
         day = int(start // DAY)
         if self._last is not None and tick_index == self._last + 1:
             decay = self.decay
@@ -122,21 +143,18 @@ class DutyBank:
             if stale.any():
                 self._roll(day, np.flatnonzero(stale))
             self._day = day
-        self.count *= decay
-        self.count += written
-        np.maximum(self.today, self.count, out=self.today)
-        self.run += 1.0
-        self.run *= written
-        np.maximum(self.run_today, self.run, out=self.run_today)
-        self.history += self.tick
-        self.run_history += self.tick
-        breached = self.enabled & (
-            (self.count >= self.threshold) | (self.run >= self.run_threshold)
-        )
-        clear = (self.count < CLEAR_FRACTION * self.threshold) & (
-            self.run < CLEAR_FRACTION * self.run_threshold
-        )
-        return breached, clear
+        return decay
+
+    @staticmethod
+    def tick_constants() -> dict[str, float]:
+        """The scalars the whole native tick needs of the duty rule (fused.py)."""
+        return {"clear_fraction": CLEAR_FRACTION}
+
+    def tick_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays the whole native tick reads and writes (fused.py), by name."""
+        names = ("enabled", "count", "today", "threshold", "run", "run_today")
+        names += ("run_threshold", "history", "run_history")
+        return {f"duty.{a}": getattr(self, a) for a in names}
 
     def _roll(self, day: int, rows: np.ndarray) -> None:
         """The rows' day ended: keep its highest count (at most its threshold) and judge the

@@ -19,23 +19,20 @@ from typing import Any
 import numpy as np
 
 from alarm.config import BeaconRule, BudgetRule, Config, DutyRule
-from alarm.detector import persist
+from alarm.detector import fused, persist
 from alarm.detector.alerts import AlertBank, AlertChange, AlertMachine, AlertState, fingerprint
 from alarm.detector.beacon import BeaconBank
 from alarm.detector.budget import ENVELOPE_MARGIN, MISCONFIGURED_SECONDS, BudgetBank
 from alarm.detector.duty import DutyBank
 from alarm.detector.relative import RelativeBank
 from alarm.detector.rows import AGGREGATE, plan_rows
-from alarm.detector.seasonal import Prediction, SeasonalBaseline
+from alarm.detector.seasonal import DAY_SLOTS_PER_HOUR, Prediction, SeasonalBaseline
 from alarm.detector.spike import STATISTICS, SizeLevel, SpikeJudgement, SpikeModel
 from alarm.detector.swarm import MemberShift
 from alarm.detector.tail import TailBank
 from alarm.detector.views import SurfaceFigures, SurfaceMap
+from alarm.detector.whole_tick import WholeTick
 from alarm.surfaces import SurfaceKey
-
-# Up to this many aggregates are summed one by one over their members (a slice where they are
-# contiguous; see Detector.__init__); more, by bincount.
-AGGREGATES_BY_SELECTION = 8
 
 log = logging.getLogger("capalarm.detector")
 
@@ -147,12 +144,12 @@ class Detector:
         for j, members in enumerate(plan.aggregate_of):
             self._agg_index[members] = j
             self.aggregates[self.keys[self.members + j]] = [self.keys[i] for i in members]
-        # With a few aggregates (one per kind, the usual case) each is summed over its
-        # members, a slice where they are contiguous: a tenth of the time bincount takes at
-        # 100k rows.  Not a product with indicator rows: BLAS threads that one, and with the
-        # other cores busy (the collectors) its threads wait on each other for milliseconds.
+        # An aggregate (one per kind) is summed over its members, a slice where they are
+        # contiguous: a tenth of the time bincount takes at 100k rows.  Not a product with
+        # indicator rows: BLAS threads that one, and with the other cores busy (the
+        # collectors) its threads wait on each other for milliseconds.
         self._agg_members: list[slice | np.ndarray] | None = None
-        if 0 < self._agg_count <= AGGREGATES_BY_SELECTION:
+        if self._agg_count:
             self._agg_members = [_as_slice(np.asarray(m)) for m in plan.aggregate_of]
         # Where some aggregate's members are not one run of rows (kinds declared interleaved),
         # the member rows grouped by aggregate and where each group starts: one gather and
@@ -191,6 +188,54 @@ class Detector:
         # Per source: when it was first judged, while it has not been up yet (see
         # SOURCE_START_GRACE); -inf once it has.
         self._source_starting: dict[str, float] = {}
+        self._whole = self._whole_tick(plan.aggregate_of)
+
+    def _whole_tick(self, aggregate_of: list[np.ndarray]) -> WholeTick | None:
+        """The native whole tick (whole_tick.py) where the extension is built and every rule
+        on the rows is one it does (the seasonal budget and the drop rule are not)."""
+        native = fused.native()
+        if native is None or not len(self.keys) or self.relative.enabled.any() or self._drop.any():
+            return None
+        judgement = self.spike.new_judgement()
+        arrays = self.spike.tick_arrays() | self.budget.tick_arrays()
+        arrays |= self.beacon.tick_arrays() | self.duty.tick_arrays() | self.swarm.tick_arrays()
+        for rule in ("spike", "budget", "beacon", "duty"):
+            arrays |= self.alert_banks[rule].tick_arrays()
+        arrays |= {
+            "meta_bits": self._meta,
+            "budget.hysteresis": self._budget_hyst,
+            "residuals": judgement.residuals,
+            "judged": judgement.judged,
+            "thresholds": judgement.thresholds,
+            "over": judgement.over,
+            "breach": judgement.breach,
+            "clear": judgement.clear,
+            "settled": judgement.settled,
+            "size_level": judgement.size_level,
+            "pred_y": judgement.level.pred_y,
+            "baseline": judgement.level.baseline,
+            "level_threshold": judgement.level.threshold,
+            "ready": judgement.level.ready,
+        }
+        constants = self.spike.tick_constants() | self.budget.tick_constants()
+        constants |= self.swarm.tick_constants() | self.duty.tick_constants()
+        constants |= {
+            "gather": float(self._agg_gather is not None),
+            "exact": float(self.beacon.exact),
+        }
+        whole = WholeTick(
+            native,
+            arrays,
+            constants,
+            self.members,
+            aggregate_of,
+            self.budget.excess.shape[0],
+            self.beacon.ring_tick.shape[0],
+            len(self.keys),
+        )
+        judgement.log_bytes = whole.log_bytes
+        self._native_judgement = judgement
+        return whole
 
     # -- surfaces ----------------------------------------------------------------------
     def evaluate_arrays(
@@ -205,6 +250,8 @@ class Detector:
         """One tick for every row: ``nbytes``/``events`` are the members' tick totals in row
         order (the order of ``keys`` given to the constructor), ``capacity`` the bytes they
         could carry (None: ``nbytes``), which with the events' metadata bounds the bits."""
+        if self._whole is not None:
+            return self._evaluate_whole(now, tick, nbytes, events, contributors, capacity)
         n = self.members
         carried = nbytes if capacity is None else capacity
         member_bits = 8.0 * carried + self._meta[:n] * events
@@ -275,11 +322,98 @@ class Detector:
         self.spike.learn(judgement, now - tick, b, tick)
         return changes
 
+    def _evaluate_whole(
+        self,
+        now: float,
+        tick: float,
+        nbytes: np.ndarray,
+        events: np.ndarray,
+        contributors: Evidence,
+        capacity: np.ndarray | None,
+    ) -> list[AlertChange]:
+        """``evaluate_arrays`` on the native whole tick (whole_tick.py): the same passes in
+        the same order, the alert changes built here as there."""
+        whole = self._whole
+        assert whole is not None
+        f64 = np.float64
+        start = now - tick
+        day_slot, week_slot = self.baseline.slots(start)
+        hour = self.spike.hour_of(start)
+        native = whole.native
+        native.begin(
+            np.ascontiguousarray(nbytes, dtype=f64),
+            np.ascontiguousarray(events, dtype=f64),
+            None if capacity is None else np.ascontiguousarray(capacity, dtype=f64),
+            tick,
+            start,
+            day_slot,
+            (week_slot % 24) * DAY_SLOTS_PER_HOUR,
+            week_slot,
+            hour,
+        )
+        with np.errstate(over="ignore"):  # a level past float32's range is +inf, as in numpy
+            np.exp(whole.exp_in, out=whole.exp_in)
+        np.log(whole.log_bytes, out=whole.log_bytes)
+        np.log(whole.log_rates, out=whole.log_rates)
+        tick_index = round(now / tick)
+        np.copyto(whole.duty_decay, self.duty.advance(start, tick_index))
+        raw = native.rules(now, tick, tick_index)
+
+        judgement = self._native_judgement
+        p = judgement.level
+        judgement.level = Prediction(
+            p.pred_y, p.baseline, p.threshold, p.ready, day_slot, week_slot
+        )
+        self._judgement = judgement
+        self._bytes = whole.columns[0]
+        self._rate = whole.rate
+        self._events_rate = whole.events_rate
+        self._capacity = whole.capacity
+        self._base = p.baseline
+        self._tick_seconds = tick
+        self._spike_columns = None
+        self._swarm_breach = whole.swarm_breach
+
+        by_bank: list[list[tuple[int, AlertState, AlertState]]] = [[], [], [], []]
+        for bank, row, prev, new in raw:
+            by_bank[bank].append((row, AlertState(prev), AlertState(new)))
+        spike_changes, budget_changes, beacon_changes, duty_changes = by_bank
+        changes = [
+            self._change(row, "spike", prev, new, now, contributors)
+            for row, prev, new in spike_changes
+        ]
+        for row in self.spike_alerts.escalations(whole.rate, self._escalate, spike_changes):
+            changes.append(
+                self._change(row, "spike", AlertState.FIRING, AlertState.FIRING, now, contributors)
+            )
+        for row, prev, new in budget_changes:
+            changes.append(self._change(row, "budget", prev, new, now, contributors))
+        self._misconfigured(now)
+        for row, prev, new in beacon_changes:
+            changes.append(self._change(row, "beacon", prev, new, now, contributors))
+        for row, prev, new in duty_changes:
+            changes.append(self._change(row, "duty", prev, new, now, contributors))
+
+        # Learning: the tails' days roll first, as their update does.
+        if self._agg_count:
+            self.swarm.tail.roll(now)
+        self.spike.tail.roll(start + tick)  # the time SpikeModel.learn gives its tails
+        spike_ended, swarm_ended = native.learn(now, tick)
+        np.log(whole.learn_y, out=whole.learn_y)
+        native.learn_end()
+        if swarm_ended:
+            self.swarm.tail.end_incidents(np.flatnonzero(whole.swarm_tail_ended))
+        if spike_ended:
+            self.spike.tail.end_incidents(np.flatnonzero(whole.tail_ended))
+        return changes
+
     def _misconfigured(self, now: float) -> None:
         """A declared budget firing on the surface's ordinary traffic for more than a day is
         misconfigured: say so once, and judge what comes on top of that traffic from now on."""
         bank = self.budget
         alerts = self.budget_alerts
+        if not alerts.state.any():
+            return  # every budget alert at rest: the usual tick
         firing = alerts.state == AlertState.FIRING
         if not firing.any():
             return
@@ -316,14 +450,8 @@ class Detector:
             order, starts = self._agg_gather
             np.add.reduceat(values.take(order, axis=1), starts, axis=1, out=out)
             return
-        if self._agg_members is not None:
-            for j, members in enumerate(self._agg_members):
-                values[:, members].sum(axis=1, out=out[:, j])
-            return
-        for i, row in enumerate(values):
-            out[i] = np.bincount(self._agg_index, weights=row, minlength=self._agg_count + 1)[
-                : self._agg_count
-            ]
+        for j, members in enumerate(self._agg_members or ()):
+            values[:, members].sum(axis=1, out=out[:, j])
 
     def _suppress_aggregates(self, *breaches: np.ndarray) -> None:
         """An aggregate's breach of each rule is dropped where a member breached it too."""

@@ -126,6 +126,36 @@ class SeasonalBaseline:
     def rows(self) -> int:
         return self.recent.shape[0]
 
+    def tick_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays the whole native tick reads and writes (fused.py), by name."""
+        names = ("count", "recent", "mad", "meanad", "day", "day_n", "week", "week_n")
+        names += ("enabled", "z", "min_ratio", "max_ratio", "floor", "min_ticks", "seasonal")
+        names += ("dip_max", "reach", "rise_day", "rise_week")
+        out = {f"baseline.{a}": getattr(self, a) for a in names}
+        out["baseline.alpha32"] = self._alpha32
+        out["baseline.rise_recent32"] = self._rise_recent32
+        out["baseline.unit32"] = self._unit32
+        return out
+
+    def tick_constants(self) -> dict[str, float]:
+        """The scalars the whole native tick needs of the seasonal level (fused.py)."""
+        return {
+            "slot_ticks_day": self.slot_ticks_day,
+            "slot_ticks_week": self.slot_ticks_week,
+            "reach_max": float(self._reach_max),
+            "slots_per_hour": float(DAY_SLOTS_PER_HOUR),
+            "mad_eps": MAD_EPS,
+            "spread_min": SPREAD_MIN,
+            "day_alpha": 1.0 / (PROFILE_MEMORY * self.slot_ticks_day),
+            "week_alpha": 1.0 / (PROFILE_MEMORY * self.slot_ticks_week),
+            "below": (1.0 - PROFILE_EXPECTILE) / PROFILE_EXPECTILE,
+        }
+
+    @staticmethod
+    def slots(start: float) -> tuple[int, int]:
+        """The daily and weekly slots of the tick that began at ``start``."""
+        return int((start % DAY) // DAY_SLOT), int(((start + WEEK_OFFSET) % WEEK) // WEEK_SLOT)
+
     def nbytes(self) -> int:
         return sum(getattr(self, name).nbytes for name in self.STATE)
 
@@ -139,8 +169,7 @@ class SeasonalBaseline:
 
     def predict(self, start: float) -> Prediction:
         """The baseline and threshold for the tick that began at ``start``."""
-        s = int((start % DAY) // DAY_SLOT)
-        w = int(((start + WEEK_OFFSET) % WEEK) // WEEK_SLOT)
+        s, w = self.slots(start)
         native = fused.native()
         if native is not None:
             pred_y, spread = self._level_native(native, s, w)

@@ -92,6 +92,12 @@ class SizeLevel:
     def nbytes(self) -> int:
         return sum(getattr(self, a).nbytes for a in self.STATE)
 
+    def tick_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays the whole native tick reads and writes (fused.py), by name."""
+        return {f"size.{a}": getattr(self, a) for a in self.STATE if a != "hour"} | {
+            "size.hour": self.hour
+        }
+
     def predict(self, hour: int) -> np.ndarray:
         use = self.hour_n[hour] >= SIZE_READY
         return np.where(use, self.hour[hour].astype(np.float64), self.overall)
@@ -191,6 +197,56 @@ class SpikeModel:
 
     def nbytes(self) -> int:
         return self.baseline.nbytes() + self.size.nbytes() + self.rates.nbytes + self.tail.nbytes()
+
+    def tick_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays the whole native tick reads and writes (fused.py), by name: the spike
+        rule's, its size and seasonal levels' and its tails'."""
+        out = {
+            "spike.rates": self.rates,
+            "spike.unit": self.unit,
+            "spike.enabled": self.enabled,
+            "spike.floor": self.floor,
+            "spike.absolute": self.absolute,
+            "spike.log_hyst": self.log_hyst,
+        }
+        out |= self.size.tick_arrays() | self.baseline.tick_arrays()
+        return out | self.tail.tick_arrays("tail")
+
+    def tick_constants(self) -> dict[str, float]:
+        """The scalars the whole native tick needs of the spike rule (fused.py)."""
+        return self.baseline.tick_constants() | {
+            "size_ready": float(SIZE_READY),
+            "warmup_seconds": WARMUP_SECONDS,
+            "size_alpha_slot": self.size.alpha_slot,
+            "alpha_5m": float(self.alphas[0, 0]),
+            "alpha_30m": float(self.alphas[1, 0]),
+        }
+
+    @staticmethod
+    def hour_of(start: float) -> int:
+        """The hour of the day of the tick that began at ``start`` (the size level's slot)."""
+        return int((start % DAY) // HOUR)
+
+    def new_judgement(self) -> SpikeJudgement:
+        """A judgement's arrays for every row, for the whole native tick to fill each tick
+        (fused.py); its ``level`` is set per tick."""
+        n = self.enabled.size
+        f64 = np.float64
+        level = Prediction(
+            np.zeros(n), np.zeros(n), np.full(n, np.inf), np.zeros(n, dtype=bool), 0, 0
+        )
+        return SpikeJudgement(
+            np.zeros(n, dtype=bool),
+            np.zeros(n, dtype=bool),
+            np.zeros((len(STATISTICS), n), dtype=f64),
+            np.zeros((len(STATISTICS), n), dtype=bool),
+            np.full((len(STATISTICS), n), np.inf),
+            np.full((len(STATISTICS), n), -np.inf),
+            level,
+            np.zeros(n),
+            np.zeros(n),
+            np.zeros(n, dtype=bool),
+        )
 
     def _per_statistic(self, flat: np.ndarray) -> np.ndarray:
         return flat.reshape(len(STATISTICS), -1)

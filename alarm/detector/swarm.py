@@ -85,6 +85,16 @@ class MemberShift:
     def nbytes(self) -> int:
         return sum(getattr(self, a).nbytes for a in self.STATE) + self.tail.nbytes()
 
+    def tick_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays the whole native tick reads and writes (fused.py), by name."""
+        names = ("sum", "var", "writes", "score", "judged", "enabled", "log_hyst")
+        out = {f"swarm.{a}": getattr(self, a) for a in names}
+        return out | self.tail.tick_arrays("swarm.tail")
+
+    def tick_constants(self) -> dict[str, float]:
+        """The scalars the whole native tick needs of the members statistic (fused.py)."""
+        return {"swarm_decay": self.decay, "swarm_huber": HUBER, "min_writes": MIN_WRITES}
+
     def judge(
         self, residual: np.ndarray, written: np.ndarray, spread: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:

@@ -123,6 +123,14 @@ class TailBank:
     def nbytes(self) -> int:
         return sum(getattr(self, a).nbytes for a in self.STATE)
 
+    def tick_arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        """The arrays the whole native tick reads and writes (fused.py), by name."""
+        names = ("u0", "spread", "seen", "age", "open", "peak", "quiet", "anomalous", "z")
+        out = {f"{prefix}.{a}": getattr(self, a) for a in names}
+        out |= {f"{prefix}.min_seconds": self.min_seconds, f"{prefix}.run": self.run}
+        out[f"{prefix}.sigma"] = self.sigma
+        return out
+
     @property
     def peaks(self) -> np.ndarray:
         """How many peaks each row keeps."""
@@ -143,14 +151,14 @@ class TailBank:
         """Learn one tick ending at ``now``: ``r`` the residual of each row, ``judged``
         whether the row had the statistic this tick (an idle tick has no write size),
         ``breach`` whether the row's residual passed ``threshold()``."""
-        self._roll(now)
+        self.roll(now)
         self.age += seconds
         native = fused.native()
         if native is not None:
             ended = np.empty(self.u0.size, dtype=bool)
             args = (r, judged, breach, self.run, self.u0, self.spread, self.seen, self.open)
             if native.tail_step(*args, self.peak, self.quiet, self.anomalous, ended):
-                self._end(np.flatnonzero(ended))
+                self.end_incidents(np.flatnonzero(ended))
             return
         # In place, and rows not judged this tick step by 0: a tick at 100k rows is a few
         # dozen passes over 300k values, so every temporary array counts.
@@ -192,10 +200,10 @@ class TailBank:
         np.copyto(self.quiet, 0, where=exceed)
         ended = self.open & (self.quiet >= self.run)
         if ended.any():
-            self._end(np.flatnonzero(ended))
+            self.end_incidents(np.flatnonzero(ended))
 
-    def _end(self, rows: np.ndarray) -> None:
-        """Incidents that ended: keep their peaks."""
+    def end_incidents(self, rows: np.ndarray) -> None:
+        """Incidents that ended on ``rows``: keep their peaks."""
         peak = self.peak[rows]
         # An anomaly is kept at most teach_max above the threshold it crossed (see the module
         # docstring).
@@ -211,7 +219,9 @@ class TailBank:
             self.day = np.array(days, dtype=np.int64)
             self._today = int(self.day.max())
 
-    def _roll(self, now: float) -> None:
+    def roll(self, now: float) -> None:
+        """A new day at ``now``: its block of kept peaks starts empty and every row is
+        refitted (the kept window moved).  ``update`` does it first."""
         today = int(now // DAY)
         if today == self._today:
             return

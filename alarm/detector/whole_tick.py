@@ -1,0 +1,95 @@
+"""The detector's whole tick in native code: the buffers it fills and the calls in order.
+
+``Detector.evaluate_arrays`` is some two hundred numpy passes and Python calls a tick.  At
+100k surfaces each pass is long and that is the right shape; at a few dozen (a backtest of a
+small fleet, 120,000 ticks for two weeks at 10 s) each is a microsecond of call for
+nanoseconds of work, and a tick costs half a millisecond whatever it holds.  ``_fused.Tick``
+(``_fused.c``) does the same passes in four calls over the detector's own arrays, with numpy's
+exp and log between them (numpy's SIMD exp and log round differently from libm's, and the
+two paths must agree bit for bit: tests/test_fused.py compares every state array and change).
+
+The detector's arrays are held by the native object for its life, so every path that
+changes them does so in place (restores, the tails' refits, misconfigured budgets); the
+buffers here are this object's.  Not on this path (the numpy code runs instead): the seasonal
+budget and the drop rule, both off by default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import ModuleType
+
+import numpy as np
+
+
+class WholeTick:
+    """The buffers of one detector's native tick and the native object over them."""
+
+    def __init__(
+        self,
+        native: ModuleType,
+        arrays: Mapping[str, np.ndarray],
+        constants: Mapping[str, float],
+        members: int,
+        aggregate_of: list[np.ndarray],
+        horizons: int,
+        ring: int,
+        rows: int,
+    ):
+        n, a = rows, len(aggregate_of)
+        f32, f64 = np.float32, np.float64
+        self.columns = np.zeros((3, n))  # bytes, events, capacity bits of the tick
+        self.rate = np.zeros(n)
+        self.events_rate = np.zeros(n)
+        self.capacity = np.zeros(n)
+        self.exp_in = np.zeros((2, n), dtype=f32)  # numpy's exp, in place
+        self.log_bytes = np.zeros(n)  # numpy's log, in place
+        self.log_rates = np.zeros((2, n), dtype=f32)  # numpy's log, in place
+        self.learn_y = np.zeros(n, dtype=f32)  # numpy's log, in place
+        self.duty_decay = np.zeros(n)
+        self.tail_ended = np.zeros(3 * n, dtype=bool)
+        self.swarm_tail_ended = np.zeros(a, dtype=bool)
+        self.swarm_breach = np.zeros(a, dtype=bool)
+        gather = [np.asarray(m, dtype=np.int64) for m in aggregate_of]
+        bounds = np.cumsum([0] + [len(m) for m in gather]).astype(np.int64)
+        cells = (horizons, n)
+        buffers = {
+            "col": self.columns,
+            "rate": self.rate,
+            "events_rate": self.events_rate,
+            "capacity": self.capacity,
+            "exp_in": self.exp_in,
+            "log_bytes": self.log_bytes,
+            "log_rates": self.log_rates,
+            "learn_y": self.learn_y,
+            "duty_decay": self.duty_decay,
+            "tail_ended": self.tail_ended,
+            "swarm_tail_ended": self.swarm_tail_ended,
+            "swarm_breach": self.swarm_breach,
+            "gather_order": np.concatenate(gather) if gather else np.zeros(0, np.int64),
+            "gather_bounds": bounds,
+            "spread": np.zeros(n),
+            "window_mean": np.zeros(cells),
+            "projected": np.zeros(n),
+            "budget_ratio": np.zeros(n),
+            "budget_breach": np.zeros(n, dtype=bool),
+            "learning": np.zeros(n, dtype=bool),
+            "declared": np.zeros(cells, dtype=bool),
+            "following": np.zeros(cells, dtype=bool),
+            "beacon_breach": np.zeros(n, dtype=bool),
+            "duty_breach": np.zeros(n, dtype=bool),
+            "duty_clear": np.zeros(n, dtype=bool),
+            "tail_judged": np.zeros(3 * n, dtype=bool),
+            "tail_breach": np.zeros(3 * n, dtype=bool),
+            "swarm_tail_judged": np.zeros(a, dtype=bool),
+            "swarm_tail_breach": np.zeros(a, dtype=bool),
+            "mask": np.zeros(n, dtype=bool),
+        }
+        for name in ("rise_floor", "k_floor", "allowance_floor", "tolerance_floor"):
+            buffers[name] = np.zeros(cells, dtype=f64)
+        buffers["margin_seconds"] = np.zeros(cells, dtype=f64)
+        self._held = {**arrays, **buffers}  # what the native object reads and writes
+        self.native = native.Tick(self._held, dict(constants), n, members, a, horizons, ring)
+
+
+__all__ = ["WholeTick"]
