@@ -581,26 +581,6 @@ static PyObject *beacon_match(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* ---------------------------------------------------------------------------------------
- * The whole tick (fused.py, "Tick"): every pass of Detector.evaluate_arrays in four calls,
- * so that a tick of a few dozen surfaces costs microseconds, not the hundreds of numpy and
- * Python calls it takes there.  It does exactly what the numpy code does, in the same order
- * and precision, with the same loops as above where they exist; the transcendental steps
- * (log, exp) stay numpy's, between the calls, because numpy's SIMD log and exp round
- * differently from libm's and the two paths must agree bit for bit.
- *
- *   begin   columns, aggregates' sums, the averaged rates, the seasonal level; the inputs of
- *           numpy's exp (levels) and log (bytes, averaged rates)
- *   rules   the spike judgement, the budgets, the aggregates' suppression and members
- *           statistic, the beacon and duty rules, and every alert bank's step: the changes
- *   learn   the tails' incidents, the size level, the input of numpy's log (what the
- *           seasonal level learns)
- *   learn_end  the seasonal level
- *
- * The arrays are the detector's own (and a few buffers of the Python side), held for the
- * object's life: the Python side never replaces one while this holds it (fused.py).
- * --------------------------------------------------------------------------------------- */
-
 /* numpy's pairwise summation (loops_utils.h.src), so that sums agree bit for bit. */
 static double pairwise_sum(const double *a, Py_ssize_t n) {
     if (n < 8) {
@@ -629,6 +609,160 @@ static double numpy_sum(const double *a, Py_ssize_t n) { return 0.0 + pairwise_s
 static double numpy_reduceat(const double *a, Py_ssize_t n) {
     return n > 1 ? a[0] + pairwise_sum(a + 1, n - 1) : (n ? a[0] : 0.0);
 }
+
+/* TailBank.end_incidents: each ended row's peak (an anomaly's at most teach_max above the
+ * threshold it crossed) replaces the smallest kept peak of today's block where it is larger;
+ * the rows whose kept peaks changed go to ``better`` in order.  Returns how many.
+ * tail_keep(rows i64, peak f32, z f64, teach_max f64, anomalous b, open b, kept f32[rows,
+ *           days, per_day], block, better i64 (out)) */
+static PyObject *tail_keep(PyObject *self, PyObject *args) {
+    enum { N = 8 };
+    Py_buffer v[N];
+    memset(v, 0, sizeof v);
+    int block, days, per_day;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*w*iiiw*", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                          &v[6], &block, &days, &per_day, &v[7]))
+        return NULL;
+    Arg rows_spec[] = {{"peak", &v[1], 4}, {"z", &v[2], 8}, {"teach_max", &v[3], 8},
+                       {"anomalous", &v[4], 1}, {"open", &v[5], 1}};
+    Arg ended_spec[] = {{"rows", &v[0], 8}, {"better", &v[7], 8}};
+    Py_ssize_t n, e;
+    if (check(rows_spec, 5, &n) < 0 || check(ended_spec, 2, &e) < 0) {
+        release(v, N);
+        return NULL;
+    }
+    if (days < 1 || per_day < 1 || block < 0 || block >= days ||
+        v[6].len != n * days * per_day * 4) {
+        PyErr_SetString(PyExc_ValueError, "kept: not rows x days x per_day, or block out of range");
+        release(v, N);
+        return NULL;
+    }
+    const int64_t *rows = v[0].buf;
+    for (Py_ssize_t k = 0; k < e; k++)
+        if (rows[k] < 0 || rows[k] >= n) {
+            PyErr_SetString(PyExc_ValueError, "rows: out of range");
+            release(v, N);
+            return NULL;
+        }
+    const float *peak = v[1].buf;
+    const double *z = v[2].buf, *teach = v[3].buf;
+    uint8_t *anomalous = v[4].buf, *open = v[5].buf;
+    float *kept = v[6].buf;
+    int64_t *better = v[7].buf;
+    Py_ssize_t count = 0;
+    for (Py_ssize_t k = 0; k < e; k++) {
+        const int64_t r = rows[k];
+        const double cap = z[r] + teach[r];
+        const double p = (anomalous[r] & 1) ? min_d((double)peak[r], cap) : (double)peak[r];
+        float *cells = kept + ((Py_ssize_t)r * days + block) * per_day;
+        int slot = 0;
+        for (int j = 1; j < per_day; j++)
+            if (cells[j] < cells[slot]) slot = j;
+        if (p > (double)cells[slot]) {
+            cells[slot] = (float)p;
+            better[count++] = r;
+        }
+        open[r] = 0;
+        anomalous[r] = 0;
+    }
+    release(v, N);
+    return PyLong_FromSsize_t(count);
+}
+
+/* TailBank.refit's sorting and summing for a batch of rows: each row's ``top`` (its
+ * configured count, or as many peaks as it keeps), the threshold u (its top-th largest peak;
+ * 0 where it keeps fewer than min_fit) and the mean excess over u of its top largest, summed
+ * as numpy sums the batch's (rows, k) array, k the batch's largest top.
+ * tail_fit(kept f32[rows, cells], rows i64[b], top i64[rows], min_fit, u f64[b], m f64[b],
+ *          top_out i64[b]) */
+static PyObject *tail_fit(PyObject *self, PyObject *args) {
+    enum { N = 6 };
+    Py_buffer v[N];
+    memset(v, 0, sizeof v);
+    int min_fit;
+    if (!PyArg_ParseTuple(args, "y*y*y*iw*w*w*", &v[0], &v[1], &v[2], &min_fit, &v[3], &v[4],
+                          &v[5]))
+        return NULL;
+    Arg batch[] = {{"rows", &v[1], 8}, {"u", &v[3], 8}, {"m", &v[4], 8}, {"top_out", &v[5], 8}};
+    Arg rows_spec[] = {{"top", &v[2], 8}};
+    Py_ssize_t b, n;
+    if (check(batch, 4, &b) < 0 || check(rows_spec, 1, &n) < 0) {
+        release(v, N);
+        return NULL;
+    }
+    const Py_ssize_t cells = n ? v[0].len / 4 / n : 0;
+    if ((n && (v[0].len / 4) % n) || cells > 4096) {
+        PyErr_SetString(PyExc_ValueError, "kept: not whole rows (or too many peaks a row)");
+        release(v, N);
+        return NULL;
+    }
+    const int64_t *rows = v[1].buf, *top_cfg = v[2].buf;
+    for (Py_ssize_t k = 0; k < b; k++)
+        if (rows[k] < 0 || rows[k] >= n) {
+            PyErr_SetString(PyExc_ValueError, "rows: out of range");
+            release(v, N);
+            return NULL;
+        }
+    const float *kept = v[0].buf;
+    double *u = v[3].buf, *m = v[4].buf;
+    int64_t *top_out = v[5].buf;
+    Py_ssize_t k_max = 1;
+    for (Py_ssize_t k = 0; k < b; k++) {
+        const float *row = kept + rows[k] * cells;
+        int64_t have = 0;
+        for (Py_ssize_t j = 0; j < cells; j++) have += isfinite(row[j]) != 0;
+        const int64_t top = top_cfg[rows[k]] < have ? top_cfg[rows[k]] : have;
+        top_out[k] = top;
+        k_max = top > k_max ? top : k_max;
+    }
+    double best[4096], excess[4096];
+    for (Py_ssize_t k = 0; k < b; k++) {
+        const float *row = kept + rows[k] * cells;
+        /* The k_max largest, largest first (-inf where the row keeps fewer). */
+        Py_ssize_t have = 0;
+        for (Py_ssize_t j = 0; j < cells; j++) {
+            const double x = (double)row[j];
+            Py_ssize_t at = have < k_max ? have : k_max;
+            if (at == k_max && !(x > best[k_max - 1])) continue;
+            if (at == k_max) at = k_max - 1;
+            while (at > 0 && best[at - 1] < x) {
+                best[at] = best[at - 1];
+                at--;
+            }
+            best[at] = x;
+            if (have < k_max) have++;
+        }
+        for (Py_ssize_t j = have; j < k_max; j++) best[j] = -INFINITY;
+        const int64_t top = top_out[k];
+        const int fit = top >= min_fit;
+        const double uk = fit ? best[top >= 1 ? top - 1 : 0] : 0.0;
+        for (Py_ssize_t j = 0; j < k_max; j++) excess[j] = (fit && j < top) ? best[j] - uk : 0.0;
+        u[k] = uk;
+        m[k] = numpy_sum(excess, k_max) / (double)(top > 1 ? top : 1);
+    }
+    release(v, N);
+    Py_RETURN_NONE;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The whole tick (fused.py, "Tick"): every pass of Detector.evaluate_arrays in four calls,
+ * so that a tick of a few dozen surfaces costs microseconds, not the hundreds of numpy and
+ * Python calls it takes there.  It does exactly what the numpy code does, in the same order
+ * and precision, with the same loops as above where they exist; the transcendental steps
+ * (log, exp) stay numpy's, between the calls, because numpy's SIMD log and exp round
+ * differently from libm's and the two paths must agree bit for bit.
+ *
+ *   begin   columns, aggregates' sums, the averaged rates, the seasonal level; the inputs of
+ *           numpy's exp (levels) and log (bytes, averaged rates)
+ *   rules   the spike judgement, the budgets, the aggregates' suppression and members
+ *           statistic, the beacon and duty rules, and every alert bank's step: the changes
+ *   learn   the tails' incidents, the size level, the input of numpy's log (what the
+ *           seasonal level learns)
+ *   learn_end  the seasonal level
+ *
+ * The arrays are the detector's own (and a few buffers of the Python side), held for the
+ * object's life: the Python side never replaces one while this holds it (fused.py).
+ * --------------------------------------------------------------------------------------- */
 
 enum { LEN_N, LEN_M, LEN_A, LEN_2N, LEN_3N, LEN_HN, LEN_2HN, LEN_24N, LEN_96N, LEN_168N,
        LEN_RN, LEN_G, LEN_A1 };
@@ -1439,6 +1573,8 @@ static PyMethodDef methods[] = {
     {"seasonal_predict", seasonal_predict, METH_VARARGS, "SeasonalBaseline.predict's level."},
     {"beacon_match", beacon_match, METH_VARARGS, "Rows whose size their beacon ring holds."},
     {"seasonal_learn", seasonal_learn, METH_VARARGS, "SeasonalBaseline.learn's per-row pass."},
+    {"tail_keep", tail_keep, METH_VARARGS, "TailBank.end_incidents: keep the ended peaks."},
+    {"tail_fit", tail_fit, METH_VARARGS, "TailBank.refit's sorting and summing."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -204,6 +204,15 @@ class TailBank:
 
     def end_incidents(self, rows: np.ndarray) -> None:
         """Incidents that ended on ``rows``: keep their peaks."""
+        native = fused.native()
+        if native is not None:
+            rows = np.ascontiguousarray(rows, dtype=np.int64)
+            better = np.empty(rows.size, dtype=np.int64)
+            args = (rows, self.peak, self.z, self.teach_max, self.anomalous, self.open)
+            kept = native.tail_keep(*args, self.kept, self._today % DAYS, DAYS, PER_DAY, better)
+            if kept:
+                self.refit(better[:kept])
+            return
         peak = self.peak[rows]
         # An anomaly is kept at most teach_max above the threshold it crossed (see the module
         # docstring).
@@ -250,6 +259,14 @@ class TailBank:
             rows = np.arange(len(self.u0))
         if not rows.size:
             return
+        native = fused.native()
+        if native is not None:
+            u, m = np.empty(rows.size), np.empty(rows.size)
+            top = np.empty(rows.size, dtype=np.int64)
+            rows = np.ascontiguousarray(rows, dtype=np.int64)
+            native.tail_fit(self.kept, rows, self.top, MIN_FIT, u, m, top)
+            self._fit(rows, u, m, top)
+            return
         kept = self.kept[rows].reshape(rows.size, -1)
         have = np.isfinite(kept).sum(axis=1)
         top = np.minimum(self.top[rows], have)
@@ -264,12 +281,14 @@ class TailBank:
         u = np.where(fit, best[idx, np.maximum(top - 1, 0)], 0.0)
         width = (np.arange(k)[None, :] < top[:, None]) & fit[:, None]
         excess = np.where(width, best - u[:, None], 0.0)
+        m = excess.sum(axis=1) / np.maximum(top, 1)
+        self._fit(rows, u, m, top)
+
+    def _fit(self, rows: np.ndarray, u: np.ndarray, m: np.ndarray, top: np.ndarray) -> None:
+        """The thresholds of ``rows`` from their tails' u, mean excess and peak count."""
         count = np.maximum(top, 1)
-        m = excess.sum(axis=1) / count
-        v = (excess * excess).sum(axis=1) / count - m * m
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ratio = np.where(v > 0, m * m / v, 1.0)
-        xi, sigma = self._tail_shape(m, ratio, count)
+        fit = top >= MIN_FIT
+        xi, sigma = self._tail_shape(m, count)
         held = (self.day >= 0).sum()
         span = np.maximum(np.minimum(self.age[rows], max(held, 1) * DAY), 1.0)
         z = gpd_level(u, xi, sigma, top / span, self.rate_t[rows])
@@ -278,9 +297,7 @@ class TailBank:
         self.xi[rows], self.sigma[rows] = xi, sigma
 
     @staticmethod
-    def _tail_shape(
-        m: np.ndarray, ratio: np.ndarray, k: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def _tail_shape(m: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The tail of the excesses, in log space: exponential, with its scale not known but
         estimated from ``k`` excesses of mean ``m``.
 
@@ -296,7 +313,6 @@ class TailBank:
         the setting says.  The predictive tail instead (the scale's posterior under the
         Jeffreys prior is a gamma with shape k and rate k m) is ``P(Y > y) = (1 + y/(k m))^-k``:
         a GPD with ``xi = 1/k`` and ``sigma = m``, which tends to the exponential as k grows."""
-        del ratio
         return 1.0 / np.maximum(k, 1).astype(np.float64), np.maximum(m, 1e-3)
 
 
