@@ -1,8 +1,8 @@
 """The optional native parts; everything else is in pyproject.toml.
 
 ``optional=True``: where no C compiler is available the install still succeeds, and
-alarm.collectors.kernel.fastscan and alarm.detector.fused use their pure-Python paths (same
-results, slower)."""
+alarm.collectors.kernel.fastscan, alarm.detector.fused and the backtest's reader of write
+events (alarm/backtest.py) use their pure-Python paths (same results, slower)."""
 
 from setuptools import Extension, setup
 
@@ -11,6 +11,12 @@ setup(
         Extension(
             "alarm.collectors.kernel._fastscan",
             ["alarm/collectors/kernel/_fastscan.c"],
+            extra_compile_args=["-O2", "-fno-fast-math"],
+            optional=True,
+        ),
+        Extension(
+            "alarm._eventscan",
+            ["alarm/_eventscan.c"],
             extra_compile_args=["-O2", "-fno-fast-math"],
             optional=True,
         ),

@@ -37,6 +37,11 @@ from alarm.events import NAMED, Batch, KeyedSubjects, WriteEvents
 from alarm.pipeline import Pipeline
 from alarm.settings import SURFACE_KINDS
 
+try:  # built by pip where a compiler is (setup.py); parse_events reads in Python without it
+    from alarm import _eventscan as native_events
+except ImportError:  # pragma: no cover - exercised where the extension was not built
+    native_events = None
+
 SPLIT_BYTES = 8 << 20
 MIN_SPLIT = 1 << 20
 UNDECLARED_REPORTED = 20  # undeclared surface names listed in the summary
@@ -124,7 +129,19 @@ def _unescape(text: str) -> str:
 def parse_events(data: bytes) -> Chunk:
     """Write events ``{"ts", "surface", "bytes"[, "events", "kind", "contributor"]}`` of one
     chunk of complete lines into columns; a line that is not one, or names an implausible
-    time or count, is a parse error."""
+    time or count, is a parse error.  The native reader (_eventscan.c) reads the layout of
+    _EVENT_LINE and hands back any chunk it cannot read with certainty."""
+    if native_events is not None:
+        scanned = native_events.scan_events(data)
+        if scanned is not None:
+            lines, errors, subjects, subject, ts, nbytes, events = scanned
+            chunk = Chunk(lines=lines, parse_errors=errors, records=len(ts) // 8)
+            chunk.subjects = subjects
+            chunk.subject = np.frombuffer(subject, dtype=np.int64)
+            chunk.ts = np.frombuffer(ts, dtype=np.float64)
+            chunk.nbytes = np.frombuffer(nbytes, dtype=np.int64)
+            chunk.events = np.frombuffer(events, dtype=np.int64)
+            return chunk
     text = data.decode("utf-8", "replace")
     lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
     matches = _EVENT_LINE.findall(text)
