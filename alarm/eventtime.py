@@ -35,42 +35,49 @@ from alarm.events import SourceHealth
 
 @dataclass(slots=True)
 class Cells:
-    """What is counted in one open tick so far: per cell a surface row and its sums."""
+    """What is counted in one open tick so far: chunks of cells, each a surface row and its
+    sums (``columns``: a (3, cells) block of bytes, events and capacity bytes)."""
 
     rows: list[np.ndarray] = field(default_factory=list)
-    nbytes: list[np.ndarray] = field(default_factory=list)
-    events: list[np.ndarray] = field(default_factory=list)
-    capacity: list[np.ndarray] = field(default_factory=list)
+    columns: list[np.ndarray] = field(default_factory=list)
     size: int = 0
+    # Whether the cells hold each row at most once (one chunk from EventClock.add, which sums
+    # a batch's writes per tick and row): then the tick's sums are a scatter, not a bincount.
+    distinct: bool = True
     # The tick's contributors (the pipeline's StagedCredits), credited when it is evaluated;
     # not saved: after a restart an open tick's evidence starts again, its counts do not.
     credits: Any = None
 
-    def add(self, rows: np.ndarray, b: np.ndarray, e: np.ndarray, c: np.ndarray) -> None:
+    def add(self, rows: np.ndarray, columns: np.ndarray) -> None:
+        """A chunk of cells: ``columns`` is (3, len(rows)) float64."""
+        self.distinct = not self.rows
         self.rows.append(rows)
-        self.nbytes.append(b)
-        self.events.append(e)
-        self.capacity.append(c)
+        self.columns.append(columns)
         self.size += len(rows)
 
-    def sums(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Dense per-row (bytes, events, capacity bytes) for a table of ``n`` rows."""
+    def sums(self, n: int) -> np.ndarray:
+        """Dense per-row sums for a table of ``n`` rows: (3, n), bytes, events and capacity
+        bytes."""
+        out = np.zeros((3, n))
         if not self.rows:
-            z = np.zeros(n)
-            return z, z.copy(), z.copy()
+            return out
+        if self.distinct:
+            out[:, self.rows[0]] = self.columns[0]
+            return out
         rows = np.concatenate(self.rows)
-        return tuple(  # type: ignore[return-value]
-            np.bincount(rows, weights=np.concatenate(col), minlength=n)
-            for col in (self.nbytes, self.events, self.capacity)
-        )
+        columns = np.concatenate(self.columns, axis=1)
+        for i in range(3):
+            out[i] = np.bincount(rows, weights=columns[i], minlength=n)
+        return out
 
     def compact(self, n: int) -> None:
         """Fold the chunks into one cell per row that wrote (bounds memory per tick)."""
-        b, e, c = self.sums(n)
-        rows = np.flatnonzero((b > 0) | (e > 0) | (c > 0))
+        sums = self.sums(n)
+        rows = np.flatnonzero((sums > 0).any(axis=0))
         self.rows = [rows]
-        self.nbytes, self.events, self.capacity = [b[rows]], [e[rows]], [c[rows]]
+        self.columns = [sums[:, rows]]
         self.size = len(rows)
+        self.distinct = True
 
 
 @dataclass(slots=True)
@@ -164,8 +171,8 @@ class EventClock:
             cells = self.open.pop(i)
             moved += cells.size
             target = self.open.setdefault(index, Cells())
-            for cols in zip(cells.rows, cells.nbytes, cells.events, cells.capacity, strict=True):
-                target.add(*cols)
+            for rows, columns in zip(cells.rows, cells.columns, strict=True):
+                target.add(rows, columns)
             if cells.credits is not None:
                 target.credits = (
                     cells.credits if target.credits is None else target.credits.merge(cells.credits)
@@ -176,12 +183,21 @@ class EventClock:
     def add(
         self, idx: np.ndarray, rows: np.ndarray, b: np.ndarray, e: np.ndarray, c: np.ndarray
     ) -> None:
-        order = np.argsort(idx, kind="stable")
-        idx, rows, b, e, c = idx[order], rows[order], b[order], e[order], c[order]
+        order = np.lexsort((rows, idx))
+        idx, rows = idx[order], rows[order]
+        columns = np.stack([b[order], e[order], c[order]])
+        # Writes of the same row in the same tick are summed here (the sums are of whole
+        # bytes and events, exact in any order), so a tick added once holds each row once.
+        first = np.ones(len(idx), dtype=bool)
+        first[1:] = (idx[1:] != idx[:-1]) | (rows[1:] != rows[:-1])
+        if not first.all():
+            group = np.cumsum(first) - 1
+            columns = np.stack([np.bincount(group, weights=col) for col in columns])
+            idx, rows = idx[first], rows[first]
         ticks, starts = np.unique(idx, return_index=True)
         ends = [*starts[1:].tolist(), len(idx)]
         for t, s, end in zip(ticks.tolist(), starts.tolist(), ends, strict=True):
-            self.open.setdefault(t, Cells()).add(rows[s:end], b[s:end], e[s:end], c[s:end])
+            self.open.setdefault(t, Cells()).add(rows[s:end], columns[:, s:end])
 
     def staged(self, index: int) -> Cells:
         """The open tick ``index`` (created if nothing is counted in it yet)."""
@@ -200,12 +216,7 @@ class EventClock:
         ticks = {}
         for i, cells in self.open.items():
             cells.compact(n)
-            ticks[str(i)] = [
-                cells.rows[0].tolist(),
-                cells.nbytes[0].tolist(),
-                cells.events[0].tolist(),
-                cells.capacity[0].tolist(),
-            ]
+            ticks[str(i)] = [cells.rows[0].tolist(), *cells.columns[0].tolist()]
         return {
             "tick": self.tick,
             "next_index": self.next_index,
@@ -229,10 +240,8 @@ class EventClock:
                 mapped = rows_map[rows[keep]]
                 ok = mapped >= 0
                 cells = Cells()
-                cells.add(
-                    mapped[ok],
-                    *(np.asarray(c, dtype=np.float64)[keep][ok] for c in cols[1:4]),
-                )
+                columns = np.array([np.asarray(c, dtype=np.float64) for c in cols[1:4]])
+                cells.add(mapped[ok], columns[:, keep][:, ok])
                 self.open[int(key)] = cells
             except (TypeError, ValueError, IndexError):
                 continue

@@ -276,7 +276,7 @@ class Pipeline:
             cells = clock.take(index)
             if cells.credits is not None:
                 self.table.credit_staged(cells.credits)
-            nbytes, events, capacity = cells.sums(n)
+            nbytes, events, capacity = cells.sums(n)  # the rows of one (3, n) array
             results.append(
                 self._evaluate((index + 1) * self.tick, nbytes, events, capacity, health)
             )
@@ -319,9 +319,10 @@ class Pipeline:
         # Forget the "recent" contributors of surfaces whose episode is over (quiet, no rule
         # pending or firing, no budget sum left), so the next alert's evidence is about the
         # next episode.  Only rows that hold any are looked at: most rows, most ticks, none.
-        holding = table.holding_recent((nbytes == 0) & (capacity == 0))
-        if len(holding):
-            table.forget_recent(holding[~self.detector.in_episode(holding)])
+        if table.has_recent.any():
+            holding = table.holding_recent((nbytes == 0) & (capacity == 0))
+            if len(holding):
+                table.forget_recent(holding[~self.detector.in_episode(holding)])
         self.ticks += 1
         self.last_tick_end = end
         return TickResult(end, changes)

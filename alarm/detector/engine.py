@@ -731,6 +731,8 @@ class Detector:
             starting = self._source_starting.setdefault(j.name, now)
             if j.up:
                 self._source_starting[j.name] = -math.inf
+                if not (j.lost or j.lost_unknown or j.forged or j.blind) and self._at_rest(j.name):
+                    continue  # up, seeing, nothing lost or forged, no alert: nothing to step
             down = not j.up and now - starting >= SOURCE_START_GRACE
             values = {
                 "records_lost": j.lost + j.lost_unknown,
@@ -748,6 +750,14 @@ class Detector:
                 if change:
                     changes.append(_source_change(j, rule, change, machine, now))
         return changes
+
+    def _at_rest(self, source: str) -> bool:
+        """Whether every source rule of ``source`` has its machine, and each is inactive."""
+        machines = self.source_alerts
+        return all(
+            (m := machines.get((source, rule))) is not None and m.state == AlertState.INACTIVE
+            for rule in SOURCE_RULES
+        )
 
     def resolve_removed_sources(self, live: set[str], now: float) -> list[AlertChange]:
         """Sources no longer declared: their firing alerts resolve, and they are forgotten."""
