@@ -3,7 +3,11 @@
 /metrics equal what was uploaded, the first poll counts nothing that was there before, the
 alert's evidence names the artifacts (name, version, file, digest, upload time),
 ``surface_blind`` fires ``blind_after`` once the registry stops and resolves when it is back,
-and a restart of the service between polls counts each upload once."""
+and a restart of the service between polls counts each upload once.  With ``canary:`` the
+canaries are real uploads that the service sees and counts apart (the surface's bytes are the
+workload's uploads only), and ``surface_blind`` fires when the polls stop listing them (a
+stale cache in front of the registry) or their uploads are refused, and resolves when a
+canary is listed again."""
 
 from __future__ import annotations
 
@@ -21,9 +25,10 @@ import pytest
 
 import alarm.detector.engine
 from alarm.service import Service
-from tests.fakes.server import free_port
+from tests.fakes.server import free_port, serve
 from tests.registries import servers
 from tests.registries.clients import make_wheel, twine_upload
+from tests.registries.stale_proxy import StaleProxy
 from tests.servicekit import get, metric, running_service, wait_for
 
 pytestmark = pytest.mark.slow
@@ -86,6 +91,10 @@ async def scrape(service: Service) -> dict[str, float | None]:
         "baseline": metric(text, "capalarm_source_baseline_artifacts_total", source=SOURCE),
         "up": metric(text, "capalarm_source_up", source=SOURCE),
         "blind": metric(text, "capalarm_source_blind", source=SOURCE),
+        **{
+            c: metric(text, f"capalarm_source_{c}_total", source=SOURCE)
+            for c in ("canary_uploaded", "canary_seen", "canary_missed", "canary_upload_errors")
+        },
     }
 
 
@@ -101,6 +110,19 @@ async def until(service: Service, what: str, **want: float) -> dict[str, float |
     except AssertionError:
         shown = await scrape(service)
         raise AssertionError(f"{what}: /metrics shows {shown}, want {want}") from None
+    return await scrape(service)
+
+
+async def at_least(service: Service, what: str, counter: str, n: float) -> dict[str, float | None]:
+    """Until /metrics shows ``counter`` at ``n`` or more."""
+
+    async def shown() -> bool:
+        return ((await scrape(service))[counter] or 0) >= n
+
+    try:
+        await wait_for(shown, 30)
+    except AssertionError:
+        raise AssertionError(f"{what}: /metrics shows {await scrape(service)}") from None
     return await scrape(service)
 
 
@@ -238,3 +260,91 @@ async def test_surface_blind_after_blind_after_when_the_registry_stops_and_resol
                 assert shown["bytes"] == 0, "what it held before is not new"
                 (new,) = await upload(again, tmp_path, ("bl-new", "1.0", 2500))
                 await until(service, "an upload after", bytes=new.stat().st_size, events=1)
+
+
+CANARY = {"interval": "1s", "deadline": "2s"}
+
+
+async def test_the_canary_is_seen_and_counted_apart_from_the_surface_writes(
+    pypiserver: servers.Server, tmp_path: Path
+) -> None:
+    cfg = registry_config(
+        tmp_path, pypiserver.url, "cn", canary={**CANARY, "repository": "cn-canary"}
+    )
+    async with running_service(cfg) as service:
+        await until(service, "the first poll", baseline=0, up=1)
+        shown = await at_least(service, "canaries listed", "canary_seen", 3)
+        assert (shown["bytes"], shown["events"]) == (0, 0), "a canary is not a write"
+        assert (shown["blind"], shown["canary_missed"], shown["canary_upload_errors"]) == (0, 0, 0)
+        assert (shown["canary_uploaded"] or 0) >= 3
+
+        (wheel,) = await upload(pypiserver, tmp_path, ("cn-pkg", "1.0", 4000))
+        size = wheel.stat().st_size
+        await until(service, "the workload's upload", bytes=size, events=1)
+        await at_least(service, "more canaries", "canary_seen", (shown["canary_seen"] or 0) + 3)
+        assert (await scrape(service))["bytes"] == size, "only the workload's bytes"
+        _, _, body = await get(service, "/api/v1/surfaces")
+        (surface,) = [s for s in json.loads(body)["surfaces"] if s["surface"] == SOURCE]
+        assert [t["contributor"].split(" ")[2] for t in surface["top_contributors"]] == [wheel.name]
+        assert await alert_changes(service, "source", "surface_blind") == []
+
+    # The canaries are on the registry, where an operator can see (and clean) them.
+    _, _, page = servers.request("GET", f"{pypiserver.url}cn-canary/")
+    assert page.decode().count("cn_canary-0.") >= 6
+
+
+async def test_surface_blind_when_canaries_go_unlisted_or_refused_and_resolved_when_seen(
+    pypiserver: servers.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(alarm.detector.engine, "SOURCE_RESOLVE_HOLD", 1.0)
+    proxy = StaleProxy(pypiserver.base)
+    async with serve(proxy.app()) as site:
+        # Polled, and uploaded to, through a cache in front of the registry.
+        cfg = registry_config(
+            tmp_path, f"{site.base}/simple/", "sb", canary={**CANARY, "repository": "sb-canary"}
+        )
+        async with running_service(cfg) as service:
+
+            async def states() -> list[str]:
+                return [c["state"] for c in await alert_changes(service, "source", "surface_blind")]
+
+            async def until_states(*want: str) -> dict:
+                async def reached() -> bool:
+                    return await states() == list(want)
+
+                try:
+                    await wait_for(reached, 30)
+                except AssertionError:
+                    raise AssertionError(f"surface_blind went {await states()}") from None
+                return (await alert_changes(service, "source", "surface_blind"))[-1]
+
+            await at_least(service, "canaries listed", "canary_seen", 2)
+            assert await states() == []
+
+            proxy.frozen = True  # a cache that stopped refreshing: every poll still succeeds
+            fired = await until_states("firing")
+            assert fired["summary"].endswith("is not listed by the polls")
+            assert (
+                "cannot see what it watches: canary not seen within 2s: sb-canary "
+                in (fired["summary"])
+            )
+            shown = await at_least(service, "the miss counted", "canary_missed", 1)
+            assert shown["up"] == 1 and shown["blind"] == 1
+            assert await alert_changes(service, "source", "source_down") == []
+
+            proxy.frozen = False
+            await until_states("firing", "resolved")
+            assert (await scrape(service))["blind"] == 0
+
+            proxy.refuse_uploads = True  # the canary's credential revoked, say
+            fired = await until_states("firing", "resolved", "firing")
+            assert fired["summary"].endswith(
+                f"canary upload failed 2 times in a row (every 1s): POST {site.base}/: HTTP 403"
+            )
+            assert (await scrape(service))["up"] == 1
+
+            proxy.refuse_uploads = False
+            await until_states("firing", "resolved", "firing", "resolved")
+            shown = await scrape(service)
+            assert (shown["bytes"], shown["events"]) == (0, 0), "no canary counted as a write"
+            assert (shown["canary_upload_errors"] or 0) >= 2

@@ -88,9 +88,11 @@ def _digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def push_blob(base: str, repo: str, data: bytes) -> str:
+def push_blob(base: str, repo: str, data: bytes, auth: dict[str, str] | None = None) -> str:
     """The monolithic upload of the OCI distribution spec: POST, then PUT ?digest=."""
-    status, headers, body = request("POST", f"{base}v2/{repo}/blobs/uploads/", data=b"")
+    status, headers, body = request(
+        "POST", f"{base}v2/{repo}/blobs/uploads/", data=b"", headers=auth
+    )
     assert status == 202, body
     location = urljoin(base, headers["Location"])
     digest = _digest(data)
@@ -99,15 +101,18 @@ def push_blob(base: str, repo: str, data: bytes) -> str:
         "PUT",
         f"{location}{sep}{urlencode({'digest': digest})}",
         data=data,
-        headers={"Content-Type": "application/octet-stream"},
+        headers={"Content-Type": "application/octet-stream", **(auth or {})},
     )
     assert status == 201, body
     return digest
 
 
-def push_image(base: str, repo: str, tag: str, layer_bytes: int) -> int:
+def push_image(
+    base: str, repo: str, tag: str, layer_bytes: int, auth: dict[str, str] | None = None
+) -> int:
     """Push a one-layer image (Docker image manifest v2, schema 2); returns manifest length +
-    config size + layer size, the bytes the collector is expected to count."""
+    config size + layer size, the bytes the collector is expected to count.  ``auth``: the
+    headers a token-authenticated registry needs (``Authorization: Bearer ...``)."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as tar:
         content = os.urandom(layer_bytes)
@@ -122,8 +127,8 @@ def push_image(base: str, repo: str, tag: str, layer_bytes: int) -> int:
             "rootfs": {"type": "layers", "diff_ids": [_digest(raw.getvalue())]},
         }
     ).encode()
-    layer_digest = push_blob(base, repo, layer)
-    config_digest = push_blob(base, repo, config)
+    layer_digest = push_blob(base, repo, layer, auth)
+    config_digest = push_blob(base, repo, config, auth)
     manifest = json.dumps(
         {
             "schemaVersion": 2,
@@ -146,7 +151,10 @@ def push_image(base: str, repo: str, tag: str, layer_bytes: int) -> int:
         "PUT",
         f"{base}v2/{repo}/manifests/{tag}",
         data=manifest,
-        headers={"Content-Type": "application/vnd.docker.distribution.manifest.v2+json"},
+        headers={
+            "Content-Type": "application/vnd.docker.distribution.manifest.v2+json",
+            **(auth or {}),
+        },
     )
     assert status == 201, body
     return len(manifest) + len(config) + len(layer)

@@ -4,8 +4,11 @@ from the same store."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,3 +104,15 @@ async def poll(source: RegistryPoller, recorder: Recorder) -> bool:
     """One poll, as the collector's loop runs it."""
     async with source.client() as client:
         return await source.poll_once(client, recorder, time.time())
+
+
+@contextlib.asynccontextmanager
+async def running(source: RegistryPoller, recorder: Recorder) -> AsyncIterator[asyncio.Task[None]]:
+    """The collector's own loop (polls on its schedule, its sight timer, its canary)."""
+    task = asyncio.create_task(source.run(recorder))
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -234,15 +234,20 @@ def verdaccio(workdir: Path) -> Iterator[Server]:
 
 
 @contextlib.contextmanager
-def docker_registry(workdir: Path) -> Iterator[Server]:
-    """Debian's docker-registry (distribution 2.8) with filesystem storage."""
+def docker_registry(workdir: Path, token_auth: dict[str, str] | None = None) -> Iterator[Server]:
+    """Debian's docker-registry (distribution 2.8) with filesystem storage; with
+    ``token_auth`` (``realm``, ``service``, ``issuer``, ``rootcertbundle``: distribution's
+    ``auth.token`` section) it accepts only bearer tokens from that token server."""
     exe = program("docker-registry")
     port = free_port()
+    auth = ""
+    if token_auth is not None:
+        auth = "auth: {token: " + json.dumps(token_auth) + "}\n"
     (workdir / "config.yml").write_text(
         "version: 0.1\n"
         "log: {level: warn}\n"
         f"storage: {{filesystem: {{rootdirectory: {workdir / 'data'}}}, delete: {{enabled: true}}}}\n"
-        f"http: {{addr: '127.0.0.1:{port}'}}\n"
+        f"http: {{addr: '127.0.0.1:{port}'}}\n" + auth
     )
     base = f"http://127.0.0.1:{port}/"
     with running([exe, "serve", str(workdir / "config.yml")], workdir, base + "v2/") as proc:

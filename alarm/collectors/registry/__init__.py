@@ -2,8 +2,11 @@
 
 One source type, ``type: registry``, with one adapter per ``api`` (pypi.py, npm.py, oci.py,
 artifactory.py, nexus.py, mediawiki.py, generic.py) behind one shared poller (poller.py) and
-HTTP client (http.py); what a registry held is kept in listing.py.  What leaves this folder is
-write events whose subjects are ``(repository, artifact)`` keys (alarm/classify/registry.py).
+HTTP client (http.py, with OCI token authentication in token_auth.py); what a registry held is
+kept in listing.py.  Proof of sight: why a source is blind (sight.py), and the optional canary
+that uploads through each API's own upload and checks the polls list it (canary.py,
+uploads.py).  What leaves this folder is write events whose subjects are
+``(repository, artifact)`` keys (alarm/classify/registry.py).
 """
 
 from alarm.collectors.registry import source

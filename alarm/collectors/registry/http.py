@@ -19,6 +19,11 @@
   into a message.
 - **TLS** is always verified: the system store, or ``ca_file`` for a private CA.
 - **Concurrency**: at most ``concurrency`` requests in flight to one registry.
+- **Token authentication** (``api: oci``/``docker``): a 401 with a ``Bearer realm=...``
+  challenge is answered as the Docker Registry token spec says (token_auth.py), once per
+  request, and the token is cached until it expires.
+- **Uploads** (:meth:`RegistryClient.send`, the canary's only): one attempt, never retried
+  (an upload is not idempotent), with the same credential and redirect rules.
 """
 
 from __future__ import annotations
@@ -39,6 +44,15 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from pydantic import SecretStr
 
 from alarm.collectors.registry.settings import RegistryBase
+from alarm.collectors.registry.token_auth import (
+    MAX_TOKEN_BYTES,
+    Challenge,
+    TokenCache,
+    parse_challenge,
+    realm_refusal,
+    scope_of,
+    token_of,
+)
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -57,7 +71,9 @@ COUNTERS: dict[str, str] = {
     "oversized_responses": "Bodies over max_response_bytes, abandoned unread.",
     "garbage_responses": "Bodies that were not what the API documents (bad JSON, wrong shape).",
     "credentials_withheld": "Redirects to another origin, followed without the credentials.",
+    "tokens_fetched": "Bearer tokens fetched from an OCI registry's token realm (token auth).",
 }
+TOKEN_APIS = frozenset({"oci", "docker"})
 
 
 class PollError(Exception):
@@ -135,7 +151,11 @@ class GarbageResponse(PollError):
 
 class RegistryClient:
     """The aiohttp session of one registry source, with its policy.  Counters go into
-    ``counts`` (the poller hands them over with each batch)."""
+    ``counts`` (the poller hands them over with each batch).
+
+    ``home``: the URL whose origin gets the credentials (the source's ``url``; the canary's
+    upload URL for the canary's client).  ``cookies``: keep the session's cookies (only the
+    canary's MediaWiki login needs them; its client lives for one upload)."""
 
     def __init__(
         self,
@@ -143,22 +163,30 @@ class RegistryClient:
         counts: Counter[str],
         authorization: tuple[str, SecretStr] | None = None,
         rng: random.Random | None = None,
+        *,
+        home: str | None = None,
+        cookies: bool = False,
     ):
         self.settings = settings
         self.counts = counts
         self.authorization = authorization
-        self.home = origin(settings.url)
+        self.home_url = home or settings.url
+        self.home = origin(self.home_url)
         self.rng = rng or random.Random()
         self.limit = asyncio.Semaphore(settings.concurrency)
         self.session: aiohttp.ClientSession | None = None
+        self.cookies = cookies
+        api = str(getattr(settings, "api", ""))
+        self.tokens: TokenCache | None = TokenCache() if api in TOKEN_APIS else None
 
     async def __aenter__(self) -> RegistryClient:
         ctx = ssl.create_default_context(cafile=self.settings.ca_file)
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(ssl=ctx, limit=self.settings.concurrency),
             headers={"User-Agent": USER_AGENT},
-            # Cookies are state a hostile server could grow; no API here needs them.
-            cookie_jar=aiohttp.DummyCookieJar(),
+            # Cookies are state a hostile server could grow; no poll needs them.  (``unsafe``:
+            # a registry addressed by IP, as on loopback, keeps them too.)
+            cookie_jar=aiohttp.CookieJar(unsafe=True) if self.cookies else aiohttp.DummyCookieJar(),
         )
         return self
 
@@ -238,6 +266,35 @@ class RegistryClient:
             return reply, await asyncio.to_thread(reply.json)
         return reply, reply.json()
 
+    async def send(
+        self,
+        method: str,
+        url: str,
+        *,
+        data: bytes,
+        headers: dict[str, str] | None = None,
+        ok: frozenset[int] = frozenset({200, 201, 202}),
+        max_bytes: int = 1024 * 1024,
+    ) -> Reply:
+        """One upload (POST, PUT): a single attempt, not retried — an upload is not
+        idempotent, and the canary's next round is its retry.  Raises :class:`PollError`
+        (naming the URL and the status, never the credentials or the body) unless the status
+        is in ``ok``."""
+        try:
+            reply = await self._follow(
+                method, url, dict(headers or {}), max_bytes, data, keep_method=True
+            )
+        except TimeoutError:
+            self.counts["timeouts"] += 1
+            raise PollError(f"{safe_url(url)}: timed out") from None
+        except aiohttp.ClientError as exc:
+            self.counts["http_errors"] += 1
+            raise PollError(f"{safe_url(url)}: {type(exc).__name__}") from None
+        if reply.status not in ok:
+            self.counts["http_errors"] += 1
+            raise PollError(f"{method} {safe_url(url)}: HTTP {reply.status}")
+        return reply
+
     async def probe(self, url: str) -> tuple[int | None, float | None]:
         """HEAD: the size (Content-Length) and Last-Modified of a file, or None where the
         server does not say or the request failed (already counted)."""
@@ -264,15 +321,29 @@ class RegistryClient:
         headers: dict[str, str],
         max_bytes: int | None,
         data: bytes | None = None,
+        *,
+        keep_method: bool = False,
     ) -> Reply:
-        """One attempt, following redirects by hand (credentials only to the home origin)."""
-        for _ in range(MAX_REDIRECTS + 1):
+        """One attempt, following redirects by hand (credentials only to the home origin);
+        a token challenge from the home origin is answered once (token_auth.py).
+        ``keep_method``: a redirect that would turn the request into a GET (303; 301/302
+        after a POST) is returned, not followed (an upload must not become a read)."""
+        challenged = False
+        for _ in range(MAX_REDIRECTS + 2):
             sent = dict(headers)
-            if self.authorization is not None and origin(url) == self.home:
-                name, value = self.authorization
-                sent[name] = value.get_secret_value()
+            home = origin(url) == self.home
+            if home:
+                self._authorize(sent, method, url)
             reply = await self._once(method, url, sent, max_bytes, data)
+            if reply.status == 401 and home and self.tokens is not None and not challenged:
+                challenge = parse_challenge(reply.headers.getall("WWW-Authenticate", []))
+                if challenge is not None:
+                    challenged = True
+                    await self._fetch_token(challenge, scope_of(method, url))
+                    continue  # the same request again, with the token
             if reply.status in (303,) or (reply.status in (301, 302) and method == "POST"):
+                if keep_method:
+                    return reply
                 method, data = "GET", None  # RFC 9110 §15.4.4: a 303 is followed by GET
             location = reply.headers.get("Location")
             if reply.status not in REDIRECT_STATUSES or not location:
@@ -284,6 +355,40 @@ class RegistryClient:
                 self.counts["credentials_withheld"] += 1
             url = target
         raise PollError(f"{safe_url(url)}: more than {MAX_REDIRECTS} redirects")
+
+    def _authorize(self, headers: dict[str, str], method: str, url: str) -> None:
+        """The credentials for a request to the home origin: a cached registry token for
+        the request's scope where there is one, else the configured credentials."""
+        token = self.tokens.get(scope_of(method, url)) if self.tokens is not None else None
+        if self.authorization is not None:
+            name, value = self.authorization
+            headers[name] = value.get_secret_value()
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token.get_secret_value()}"
+
+    async def _fetch_token(self, challenge: Challenge, scope: str | None) -> None:
+        """GET the challenge's realm for a token (with the configured Basic credentials, to
+        a realm the registry named over its own scheme) and cache it."""
+        assert self.tokens is not None
+        refusal = realm_refusal(challenge.realm, self.home_url)
+        if refusal is not None:
+            raise PollError(f"{safe_url(challenge.realm)}: {refusal}: not asked")
+        headers: dict[str, str] = {"Accept": "application/json"}
+        if self.authorization is not None:
+            name, value = self.authorization
+            secret = value.get_secret_value()
+            if name.lower() == "authorization" and secret.startswith("Basic "):
+                headers["Authorization"] = secret
+        url = challenge.token_url()
+        reply = await self._once("GET", url, headers, MAX_TOKEN_BYTES, None)
+        if reply.status != 200:
+            self.counts["http_errors"] += 1
+            raise PollError(f"token realm {safe_url(url)}: HTTP {reply.status}")
+        got = token_of(reply.json())
+        if got is None:
+            raise GarbageResponse(f"token realm {safe_url(url)}: no token in the answer")
+        self.counts["tokens_fetched"] += 1
+        self.tokens.put(challenge, [scope] if scope else [], *got)
 
     async def _once(
         self,

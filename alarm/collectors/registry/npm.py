@@ -26,15 +26,12 @@ from urllib.parse import quote
 
 from alarm.collectors.registry.http import GarbageResponse, PollError
 from alarm.collectors.registry.listing import hashes_of
+from alarm.collectors.registry.names import packument_url
 from alarm.collectors.registry.poller import Cycle, parse_time
 
 PACKAGES_AT_ONCE = 64
 CHANGES_LIMIT = 1000
 SEARCH_PAGE = 250
-
-
-def packument_url(base: str, name: str) -> str:
-    return base + quote(name, safe="@")
 
 
 class NpmAdapter:

@@ -21,7 +21,9 @@ An adapter knows one API; each poll it is handed a :class:`Cycle` and reports wh
   seen); a failed poll is ``health.failed`` and ``up = False``.  While the last successful
   poll (or, before the first, the start) is older than ``blind_after``, ``health.blind`` says
   so: the service's ``surface_blind`` alarm.  A timer of its own sets it, because the poll
-  that should have succeeded may be the one that hangs (retries, ``Retry-After``).
+  that should have succeeded may be the one that hangs (retries, ``Retry-After``).  With
+  ``canary:`` the canary is a second cause of the same blindness (canary.py, sight.py), and
+  the artifacts it uploads are recognised here and never counted as writes.
 """
 
 from __future__ import annotations
@@ -29,15 +31,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from alarm.collectors.registry.canary import RegistryCanary
 from alarm.collectors.registry.http import GarbageResponse, PollError, RegistryClient, RetryLater
 from alarm.collectors.registry.listing import ArtifactIndex
 from alarm.collectors.registry.settings import RegistryBase
+from alarm.collectors.registry.sight import Sight, age_text, shown_url
+from alarm.collectors.registry.uploads import Credential
 from alarm.events import Batch, Emit, Event, SourceHealth, WriteEvents
 from alarm.patterns import Pattern
 from alarm.sanitize import sanitize
@@ -78,26 +82,6 @@ def iso(ts: float | None) -> str | None:
     if ts is None:
         return None
     return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
-
-
-def age_text(seconds: float) -> str:
-    """``42s``, ``5m``, ``3h``, ``2d``: whole units, rounded down (a blind message's age)."""
-    s = max(0, int(seconds))
-    if s < 120:
-        return f"{s}s"
-    if s < 2 * 3600:
-        return f"{s // 60}m"
-    if s < 2 * 86400:
-        return f"{s // 3600}h"
-    return f"{s // 86400}d"
-
-
-def shown_url(url: str) -> str:
-    """The registry's URL for a health message: no userinfo, query or fragment (they may
-    carry credentials), control characters escaped, bounded."""
-    parts = urllib.parse.urlsplit(url)
-    netloc = parts.netloc.rpartition("@")[2]
-    return sanitize(urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", "")))
 
 
 def parse_time(value: Any) -> float | None:
@@ -162,10 +146,15 @@ class Cycle:
         receipt: dict[str, Any] | None = None,
     ) -> None:
         """A new artifact, edit or post.  In the learning poll it is only counted as the
-        starting state."""
+        starting state; one of this source's canaries is counted apart (canary.py)."""
         if self.learning:
             self.counts["baseline_artifacts"] += 1
             return
+        canary = self.poller.canary
+        if canary is not None:
+            digest = (receipt or {}).get("digest")
+            if canary.claim(repository, artifact, digest if isinstance(digest, str) else None):
+                return
         if nbytes is None:
             self.counts["sizes_unknown"] += 1
         size = max(0, int(nbytes or 0))
@@ -219,13 +208,23 @@ class RegistryPoller:
         position: dict[str, Any] | None,
         ledger: Callable[[], Iterable[tuple[str, str]]],
         authorization: Any = None,
+        canary: Credential | None = None,
     ):
         self.name = settings.name
         self.settings = settings
         self.adapter = adapter
         self.authorization = authorization
         self.health = SourceHealth()
+        self.sight = Sight(self.health)
         self.counts: Counter[str] = Counter()
+        # Set once a poll has learned the registry (or a saved position says one had): the
+        # canary uploads only from then on.
+        self.learned = asyncio.Event()
+        self.canary: RegistryCanary | None = None
+        if settings.canary is not None:
+            self.canary = RegistryCanary(
+                settings, canary or Credential(), self.counts, self.health, self.sight
+            )
         self.index = ArtifactIndex()
         self._patterns = tuple(Pattern.compile(p) for p in settings.packages)
         self.lag = 0.0  # how late the last poll started against its schedule (s)
@@ -247,6 +246,9 @@ class RegistryPoller:
             self.not_before = float(position.get("not_before") or 0.0)
             self.index.load(ledger())
             self.counts["ledger_rows_invalid"] += self.index.bad_rows
+            if self.canary is not None:
+                self.canary.canaries.restore(position.get("canaries"))
+            self.learned.set()
         else:
             self.learning = True
             self.since = 0.0
@@ -264,7 +266,7 @@ class RegistryPoller:
         return not self._patterns or any(p.matches(repository) for p in self._patterns)
 
     def position(self) -> dict[str, Any]:
-        return {
+        out = {
             "v": POSITION_VERSION,
             "api": self.api,
             "url": self.settings.url,
@@ -272,6 +274,9 @@ class RegistryPoller:
             "not_before": self.not_before,
             "state": self.state,
         }
+        if self.canary is not None:
+            out["canaries"] = self.canary.canaries.unseen()
+        return out
 
     async def hand_over(
         self, emit: Emit, events: list[Event], *, final: bool, started: float
@@ -299,6 +304,13 @@ class RegistryPoller:
 
     async def run(self, emit: Emit) -> None:
         sight = asyncio.create_task(self.watch_sight(), name=f"registry {self.name}: sight")
+        helpers = [sight]
+        if self.canary is not None:
+            helpers.append(
+                asyncio.create_task(
+                    self.canary.run(self.learned), name=f"registry {self.name}: canary"
+                )
+            )
         try:
             async with self.client() as client:
                 next_at = time.time()
@@ -311,8 +323,9 @@ class RegistryPoller:
                     next_at = max(next_at + self.settings.interval, started)
                     await self.poll_once(client, emit, started)
         finally:
-            sight.cancel()
-            await asyncio.wait([sight])
+            for task in helpers:
+                task.cancel()
+            await asyncio.wait(helpers)
 
     def blind_for(self, now: float) -> float | None:
         """How long the source has gone without a successful poll, once that is longer than
@@ -330,17 +343,21 @@ class RegistryPoller:
             now = time.time()
             age = self.blind_for(now)
             if age is None:
-                health.blind = ""
+                self.sight.set("poll", "")
                 seen = max(health.last_success_at, self.watching_since)
                 await asyncio.sleep(max(0.01, seen + after - now))
                 continue
-            health.blind = f"no successful poll of {self._url_shown} for {age_text(age)}"
+            self.sight.set("poll", f"no successful poll of {self._url_shown} for {age_text(age)}")
             await asyncio.sleep(min(after, BLIND_RECHECK))
 
     async def poll_once(self, client: RegistryClient, emit: Emit, started: float) -> bool:
         cycle = Cycle(self, client, emit, started)
         try:
-            await self.adapter.poll(cycle)
+            if self.canary is None:
+                await self.adapter.poll(cycle)
+            else:
+                async with self.canary.lock:  # no canary is half-uploaded while listing
+                    await self.adapter.poll(cycle)
         except asyncio.CancelledError:
             raise
         except PollError as exc:
@@ -362,8 +379,9 @@ class RegistryPoller:
         self.health.up = True
         self.health.caught_up = True
         self.health.last_success_at = now
-        self.health.blind = ""
+        self.sight.set("poll", "")
         self.health.read_seconds = now - started
+        self.learned.set()
         return True
 
     async def _failed(self, cycle: Cycle, message: str) -> None:

@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import Any
@@ -28,6 +27,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 from alarm.collectors.registry.http import GarbageResponse, PollError, Reply
 from alarm.collectors.registry.listing import hashes_of
+from alarm.collectors.registry.names import normalize
 from alarm.collectors.registry.poller import Cycle, parse_time
 
 ACCEPT = (
@@ -36,12 +36,7 @@ ACCEPT = (
 )
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 PROJECTS_AT_ONCE = 64  # project pages in flight at once (the client limits connections)
-_NORMALIZE = re.compile(r"[-_.]+")
 _SDIST = (".tar.gz", ".tar.bz2", ".tgz", ".zip", ".tar.xz", ".tar")
-
-
-def normalize(name: str) -> str:
-    return _NORMALIZE.sub("-", name).lower()
 
 
 def version_of(filename: str) -> str:

@@ -5,24 +5,34 @@ credentials) and adds what its API needs.  The union is nested under the configu
 ``type`` union, so a source is written flat::
 
     {name: internal-pypi, type: registry, api: pypi, url: "http://pypi.internal:8080/simple/"}
+
+``canary:`` (:class:`CanarySettings`) turns on proof of sight by upload for the APIs that have
+an upload the canary can use (pypi, npm, oci/docker, mediawiki); elsewhere it is an error.
 """
 
 from __future__ import annotations
 
 import base64
-from typing import Annotated, Literal, Union
+from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import Field, SecretStr, model_validator
 
 from alarm.collectors.base import SourceSettings
+from alarm.collectors.registry import names
 from alarm.notify_config import SecretSource
-from alarm.settings import Duration
+from alarm.patterns import Pattern
+from alarm.settings import Duration, Strict
 
 MiB = 1024 * 1024
 # Without ``blind_after``: blind after this many intervals without a successful poll, and
 # never sooner than BLIND_AFTER_MIN (a short interval must not page on one slow poll).
 BLIND_AFTER_INTERVALS = 3
 BLIND_AFTER_MIN = 60.0
+# Without ``canary.deadline``: this many poll intervals, and never less than CANARY_DEADLINE_MIN.
+# A canary uploaded just after a poll began is listed first by the next poll, which starts up
+# to one interval later and takes its own time: two intervals is the least that is fair.
+CANARY_DEADLINE_INTERVALS = 2
+CANARY_DEADLINE_MIN = 300.0
 
 
 class Credentials(SecretSource):
@@ -50,6 +60,23 @@ class Credentials(SecretSource):
         return "Authorization", SecretStr(f"Bearer {secret}")
 
 
+class CanarySettings(Strict):
+    """``canary:``: every ``interval`` one tiny, uniquely named artifact is uploaded through the
+    registry's own upload API (alarm/collectors/registry/canary.py), and a poll must list it
+    within ``deadline``; otherwise the source is blind.  ``credentials`` are the canary's own
+    (a principal that may write ``repository`` and nothing else), sent as the source's are."""
+
+    interval: Duration = Field(600.0, ge=1.0, le=7 * 86400.0)
+    # None: 2 x the source's interval, at least 5 min (``RegistryBase.canary_deadline``).
+    deadline: Duration | None = Field(None, gt=0, le=7 * 86400.0)
+    credentials: Credentials | None = None
+    # The package (pypi, npm), image repository (oci) or page (mediawiki) the canary writes.
+    repository: str = Field("capalarm-canary", min_length=1, max_length=200)
+    # Where uploads go when that is not where the source polls (pypi: the index URL without
+    # its ``simple/``; the others: ``url``).
+    url: str | None = Field(None, pattern=r"^https?://[^\s]+$")
+
+
 class RegistryBase(SourceSettings):
     type: Literal["registry"]
     url: str = Field(pattern=r"^https?://[^\s]+$")
@@ -70,12 +97,65 @@ class RegistryBase(SourceSettings):
     # The source is blind (the surface_blind alarm) while its last successful poll is older
     # than this; None: 3 x interval, at least 60 s (``blind_seconds``).
     blind_after: Duration | None = Field(None, gt=0, le=7 * 86400.0)
+    # Proof of sight by upload; None: off.  Only where the API has an upload (CANARY).
+    canary: CanarySettings | None = None
+
+    # Whether ``canary:`` is possible for this API (an upload the canary can use).
+    CANARY: ClassVar[bool] = False
 
     @property
     def blind_seconds(self) -> float:
         if self.blind_after is not None:
             return self.blind_after
         return max(BLIND_AFTER_INTERVALS * self.interval, BLIND_AFTER_MIN)
+
+    @property
+    def canary_deadline(self) -> float:
+        c = self.canary
+        if c is not None and c.deadline is not None:
+            return c.deadline
+        return max(CANARY_DEADLINE_INTERVALS * self.interval, CANARY_DEADLINE_MIN)
+
+    def canary_upload_url(self) -> str | None:
+        """Where the canary uploads; None where it cannot be told from ``url``."""
+        return self.canary.url if self.canary is not None and self.canary.url else self.url
+
+    def canary_listed_as(self, repository: str) -> str | None:
+        """The canary's repository as the poll lists it (None: a name the API refuses)."""
+        return None
+
+    @model_validator(mode="after")
+    def _canary_can_be_seen(self) -> RegistryBase:
+        c = self.canary
+        if c is None:
+            return self
+        api = getattr(self, "api", "")
+        if not self.CANARY:
+            raise ValueError(
+                f"canary: api {api!r} has no canary upload here (it works with "
+                "pypi, npm, oci, docker and mediawiki)"
+            )
+        if c.deadline is not None and c.deadline < CANARY_DEADLINE_INTERVALS * self.interval:
+            raise ValueError(
+                f"canary.deadline ({c.deadline:g}s) must be at least "
+                f"{CANARY_DEADLINE_INTERVALS} x interval "
+                f"({CANARY_DEADLINE_INTERVALS * self.interval:g}s): a canary uploaded as a "
+                "poll begins is listed only by the next poll"
+            )
+        listed = self.canary_listed_as(c.repository)
+        if listed is None:
+            raise ValueError(f"canary.repository {c.repository!r} is not a valid {api} name")
+        if self.packages and not any(Pattern.compile(p).matches(listed) for p in self.packages):
+            raise ValueError(
+                f"canary.repository {c.repository!r} is not in packages: the polls would "
+                "never list the canary (name one that packages matches)"
+            )
+        if self.canary_upload_url() is None:
+            raise ValueError(
+                "canary.url: cannot tell the upload URL from url (it does not end in "
+                "/simple/): give canary.url"
+            )
+        return self
 
     @model_validator(mode="after")
     def _blind_after_an_interval(self) -> RegistryBase:
@@ -91,6 +171,21 @@ class PypiSettings(RegistryBase):
     """A PEP 503/691 simple index (pypiserver, devpi, Artifactory/Nexus PyPI views)."""
 
     api: Literal["pypi"]
+    CANARY: ClassVar[bool] = True
+
+    def canary_upload_url(self) -> str | None:
+        """The legacy upload API lives where the simple index's ``simple/`` (pypiserver,
+        Nexus, Artifactory) or ``+simple/`` (devpi) begins."""
+        if self.canary is not None and self.canary.url:
+            return self.canary.url
+        base = self.url if self.url.endswith("/") else self.url + "/"
+        for tail in ("+simple/", "simple/"):
+            if base.endswith("/" + tail):
+                return base[: -len(tail)]
+        return None
+
+    def canary_listed_as(self, repository: str) -> str | None:
+        return names.normalize(repository) if names.PYPI_NAME.match(repository) else None
 
 
 class NpmSettings(RegistryBase):
@@ -99,12 +194,20 @@ class NpmSettings(RegistryBase):
     api: Literal["npm"]
     # CouchDB ``_changes``: auto uses it where the server has one.
     changes: Literal["auto", "off"] = "auto"
+    CANARY: ClassVar[bool] = True
+
+    def canary_listed_as(self, repository: str) -> str | None:
+        return repository if names.NPM_NAME.match(repository) else None
 
 
 class OciSettings(RegistryBase):
     """A Docker Registry HTTP API v2 / OCI distribution registry."""
 
     api: Literal["oci", "docker"]
+    CANARY: ClassVar[bool] = True
+
+    def canary_listed_as(self, repository: str) -> str | None:
+        return repository if names.OCI_NAME.match(repository) else None
 
 
 class ArtifactorySettings(RegistryBase):
@@ -129,6 +232,28 @@ class MediaWikiSettings(RegistryBase):
     api: Literal["mediawiki"]
     namespaces: list[int] = []  # empty: every namespace
     page_size: int = Field(500, ge=1, le=500)
+    CANARY: ClassVar[bool] = True
+
+    def canary_listed_as(self, repository: str) -> str | None:
+        title = names.wiki_title(repository) if names.WIKI_TITLE.match(repository) else ""
+        return title or None
+
+    @model_validator(mode="after")
+    def _canary_in_a_namespace(self) -> MediaWikiSettings:
+        c = self.canary
+        # A title without a prefix is in the main namespace (0); a prefixed one may be in
+        # any, which only the wiki knows.
+        if (
+            c is not None
+            and self.namespaces
+            and ":" not in c.repository
+            and 0 not in self.namespaces
+        ):
+            raise ValueError(
+                f"canary.repository {c.repository!r} is in namespace 0, not in namespaces: "
+                "the polls would never list the canary"
+            )
+        return self
 
 
 class JsonSettings(RegistryBase):

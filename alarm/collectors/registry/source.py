@@ -10,6 +10,7 @@ from typing import Any
 from alarm.collectors.base import SourceContext, SourceType, SourceUnavailable
 from alarm.collectors.registry import (
     artifactory,
+    canary,
     generic,
     http,
     mediawiki,
@@ -18,6 +19,7 @@ from alarm.collectors.registry import (
     oci,
     poller,
     pypi,
+    uploads,
 )
 from alarm.collectors.registry.settings import RegistrySettings
 
@@ -37,15 +39,20 @@ ADAPTERS: Mapping[str, Callable[[Any], poller.Adapter]] = MappingProxyType(
 
 def build(cfg: Any, ctx: SourceContext) -> poller.RegistryPoller:
     authorization = None
-    if cfg.credentials is not None:
-        try:
+    credential = None
+    try:
+        if cfg.credentials is not None:
             authorization = cfg.credentials.authorization()
-        except ValueError as exc:
-            raise SourceUnavailable(f"source {cfg.name!r}: {exc}") from None
+        if cfg.canary is not None:
+            credential = uploads.credential_for(cfg.api, cfg.canary.credentials)
+    except ValueError as exc:
+        raise SourceUnavailable(f"source {cfg.name!r}: {exc}") from None
     return poller.RegistryPoller(
-        cfg, ADAPTERS[cfg.api](cfg), ctx.position, ctx.ledger, authorization
+        cfg, ADAPTERS[cfg.api](cfg), ctx.position, ctx.ledger, authorization, credential
     )
 
 
-COUNTERS: Mapping[str, str] = MappingProxyType({**http.COUNTERS, **poller.COUNTERS})
+COUNTERS: Mapping[str, str] = MappingProxyType(
+    {**http.COUNTERS, **poller.COUNTERS, **canary.COUNTERS}
+)
 SOURCE = SourceType("registry", RegistrySettings, build, kind="registry", counters=COUNTERS)
