@@ -49,7 +49,7 @@ def _same(a: backtest.Chunk, b: backtest.Chunk) -> None:
         assert np.array_equal(got, want), name
 
 
-NAMES = st.sampled_from(["s1", "pip-cache", "a b", "", "x\\u00e9", "é", "q\\\"t", "tab\there"])
+NAMES = st.sampled_from(["s1", "pip-cache", "a b", "", "x\\u00e9", "é", 'q\\"t', "tab\there"])
 NUMBERS = st.sampled_from(
     ["1767571205", "1767571205.5", "0", "-0", "-3", "1e10", "1E11", "2.5e9", "007", "1e400"]
 )

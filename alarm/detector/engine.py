@@ -188,6 +188,14 @@ class Detector:
         # Per source: when it was first judged, while it has not been up yet (see
         # SOURCE_START_GRACE); -inf once it has.
         self._source_starting: dict[str, float] = {}
+        # Each surface rule's describer of its alerts (_change).
+        self._describers = {
+            "spike": self._describe_spike,
+            "budget": self._describe_budget,
+            "drop": self._describe_drop,
+            "beacon": self._describe_beacon,
+            "duty": self._describe_duty,
+        }
         self._whole = self._whole_tick(plan.aggregate_of)
 
     def _whole_tick(self, aggregate_of: list[np.ndarray]) -> WholeTick | None:
@@ -575,78 +583,8 @@ class Detector:
         aggregate = row >= self.members
         if aggregate:
             figures["members"] = len(self.aggregates[self.keys[row]])
-        if rule == "beacon":
-            period = float(self.beacon.period[row]) * self.tick
-            value, threshold = float(self.beacon.size[row]), 0.0
-            figures["beacon_period_seconds"] = period
-            figures["beacon_bytes"] = value
-            what = (
-                f"wrote {value:,.0f} B every {period:,.0f} s, again and again: a beacon "
-                f"(same size, regular interval)"
-            )
-        elif rule == "duty":
-            duty = self.duty.figures(row)
-            figures |= duty
-            if duty["duty_statistic"] == "run":
-                value, threshold = duty["duty_run_seconds"], duty["duty_run_threshold_seconds"]
-                what = (
-                    f"was written in every tick for {value:,.0f} s without a pause (on no day "
-                    f"of its last week longer than {duty['duty_longest_run_seconds']:,.0f} s, "
-                    f"threshold {threshold:,.0f} s): written far more often than ever, "
-                    f"{f.rate:,.1f} B/s"
-                )
-            else:
-                value, threshold = duty["duty_written_ticks"], duty["duty_threshold"]
-                what = (
-                    f"was written in {value:,.1f} of its recent ticks (decayed over "
-                    f"{duty['duty_window_seconds']:,.0f} s; on no day of its last week more "
-                    f"than {duty['duty_highest_day']:,.1f}, threshold {threshold:,.1f}): "
-                    f"written far more often than ever, {f.rate:,.1f} B/s"
-                )
-        elif rule == "drop":
-            value, threshold = f.rate, float(self._drop_threshold[row])
-            what = (
-                f"wrote {f.rate:,.0f} B/s against a baseline of {f.baseline:,.0f} B/s "
-                f"(below {threshold:,.0f} B/s: most of what it usually writes is missing)"
-            )
-        elif rule == "spike":
-            figures |= self.spike.figures(row, self._judgement)
-            value, threshold = f.rate, float(self._spike_figures()[0][row])
-            ratio = f"x{f.rate / f.baseline:,.1f}" if f.baseline > 0 else "from nothing"
-            against = f"threshold {threshold:,.0f} B/s"
-            absolute = float(self.spike.absolute[row])
-            if absolute < threshold:
-                # Still learning its own threshold (or the floor is the lower one): the
-                # configured absolute floor is what the rate passed.
-                threshold = absolute
-                against = f"absolute floor {absolute:,.0f} B/s"
-                if not f.baseline_ready:
-                    against += ", its own threshold still being learned"
-            elif not math.isfinite(threshold):
-                threshold = 0.0
-                against = "its own threshold still being learned"
-            what = (
-                f"wrote {f.rate:,.0f} B/s against a baseline of {f.baseline:,.0f} B/s "
-                f"({ratio}; {against})"
-            )
-            if aggregate:
-                what = self._members_figures(row - self.members, figures) or what
-        elif seasonal_binds:
-            value, threshold = seasonal["excess_score"], seasonal["tolerance_score"]
-            level = seasonal["seasonal_level_bits_per_second"]
-            what = (
-                f"carried {seasonal['carried_bits']:,.0f} bits in a sustained run above what it "
-                f"usually carries at this hour ({level:,.1f} bit/s; seasonal budget "
-                f"{value:,.1f} of {threshold:,.1f})"
-            )
-        else:
-            value, threshold = excess, tol
-            # The budget fires a tick ahead, when the next tick at this rate would pass it.
-            ahead = "; on course to pass it next tick" if excess <= tol else ""
-            what = (
-                f"carried {excess:,.0f} bits above its {horizon} allowance of {allow:,.0f} "
-                f"bit/s (tolerance {tol:,.0f} bits{ahead})"
-            )
+        describe = self._describers[rule]
+        value, threshold, what = describe(row, f, figures, seasonal_binds)
         state = _state_name(new)
         if prev == new == AlertState.FIRING:
             figures["escalated"] = True
@@ -677,6 +615,102 @@ class Detector:
             receipts={c: r for c, _, r in evidence if r},
             summary=summary,
         )
+
+    # -- what each rule's alert says: (value, threshold, the summary's sentence) ----------
+    def _describe_beacon(
+        self, row: int, f: SurfaceFigures, figures: dict[str, Any], seasonal_binds: bool
+    ) -> tuple[float, float, str]:
+        period = float(self.beacon.period[row]) * self.tick
+        value = float(self.beacon.size[row])
+        figures["beacon_period_seconds"] = period
+        figures["beacon_bytes"] = value
+        what = (
+            f"wrote {value:,.0f} B every {period:,.0f} s, again and again: a beacon "
+            f"(same size, regular interval)"
+        )
+        return value, 0.0, what
+
+    def _describe_duty(
+        self, row: int, f: SurfaceFigures, figures: dict[str, Any], seasonal_binds: bool
+    ) -> tuple[float, float, str]:
+        duty = self.duty.figures(row)
+        figures |= duty
+        if duty["duty_statistic"] == "run":
+            value, threshold = duty["duty_run_seconds"], duty["duty_run_threshold_seconds"]
+            what = (
+                f"was written in every tick for {value:,.0f} s without a pause (on no day "
+                f"of its last week longer than {duty['duty_longest_run_seconds']:,.0f} s, "
+                f"threshold {threshold:,.0f} s): written far more often than ever, "
+                f"{f.rate:,.1f} B/s"
+            )
+        else:
+            value, threshold = duty["duty_written_ticks"], duty["duty_threshold"]
+            what = (
+                f"was written in {value:,.1f} of its recent ticks (decayed over "
+                f"{duty['duty_window_seconds']:,.0f} s; on no day of its last week more "
+                f"than {duty['duty_highest_day']:,.1f}, threshold {threshold:,.1f}): "
+                f"written far more often than ever, {f.rate:,.1f} B/s"
+            )
+        return value, threshold, what
+
+    def _describe_drop(
+        self, row: int, f: SurfaceFigures, figures: dict[str, Any], seasonal_binds: bool
+    ) -> tuple[float, float, str]:
+        threshold = float(self._drop_threshold[row])
+        what = (
+            f"wrote {f.rate:,.0f} B/s against a baseline of {f.baseline:,.0f} B/s "
+            f"(below {threshold:,.0f} B/s: most of what it usually writes is missing)"
+        )
+        return f.rate, threshold, what
+
+    def _describe_spike(
+        self, row: int, f: SurfaceFigures, figures: dict[str, Any], seasonal_binds: bool
+    ) -> tuple[float, float, str]:
+        figures |= self.spike.figures(row, self._judgement)
+        threshold = float(self._spike_figures()[0][row])
+        ratio = f"x{f.rate / f.baseline:,.1f}" if f.baseline > 0 else "from nothing"
+        against = f"threshold {threshold:,.0f} B/s"
+        absolute = float(self.spike.absolute[row])
+        if absolute < threshold:
+            # Still learning its own threshold (or the floor is the lower one): the
+            # configured absolute floor is what the rate passed.
+            threshold = absolute
+            against = f"absolute floor {absolute:,.0f} B/s"
+            if not f.baseline_ready:
+                against += ", its own threshold still being learned"
+        elif not math.isfinite(threshold):
+            threshold = 0.0
+            against = "its own threshold still being learned"
+        what = (
+            f"wrote {f.rate:,.0f} B/s against a baseline of {f.baseline:,.0f} B/s "
+            f"({ratio}; {against})"
+        )
+        if row >= self.members:
+            what = self._members_figures(row - self.members, figures) or what
+        return f.rate, threshold, what
+
+    def _describe_budget(
+        self, row: int, f: SurfaceFigures, figures: dict[str, Any], seasonal_binds: bool
+    ) -> tuple[float, float, str]:
+        if seasonal_binds:
+            seasonal = figures["budget_seasonal"]
+            value, threshold = seasonal["excess_score"], seasonal["tolerance_score"]
+            level = seasonal["seasonal_level_bits_per_second"]
+            what = (
+                f"carried {seasonal['carried_bits']:,.0f} bits in a sustained run above what "
+                f"it usually carries at this hour ({level:,.1f} bit/s; seasonal budget "
+                f"{value:,.1f} of {threshold:,.1f})"
+            )
+            return value, threshold, what
+        excess, tol = figures["budget_excess_bits"], figures["budget_tolerance_bits"]
+        allow, horizon = figures["budget_allowance_bits_per_second"], figures["budget_horizon"]
+        # The budget fires a tick ahead, when the next tick at this rate would pass it.
+        ahead = "; on course to pass it next tick" if excess <= tol else ""
+        what = (
+            f"carried {excess:,.0f} bits above its {horizon} allowance of {allow:,.0f} "
+            f"bit/s (tolerance {tol:,.0f} bits{ahead})"
+        )
+        return excess, tol, what
 
     def members_shift_of(self, row: int) -> dict[str, float]:
         """An aggregate row's members statistic and its threshold (0 while not judged);
