@@ -98,6 +98,9 @@ class Pipeline:
                 [*rows, self.table.unclassified_row(kind)], dtype=np.int64
             )
         self.detector = Detector(config, list(self.table.keys))
+        top = config.http.top_contributors or 10
+        table = self.table
+        self._evidence = lambda row: table.evidence(row, top)  # an alert's evidence, by row
         # -- history (status page): the last hour of every detector row -------------------
         self.history = History(len(self.detector.keys), config.tick) if keep_history else None
         et = config.event_time
@@ -269,6 +272,11 @@ class Pipeline:
         self.backlog_skipped += clock.begin(end, now)
         results = []
         n = len(self.table)
+        # Between batches nothing changes the sources: when none has anything to be judged
+        # on (quiet), none has for every tick of this call.  Contributors are held only
+        # where a tick credited some.
+        quiet = self._sources_quiet(health)
+        recent = bool(self.table.has_recent.any())
         while clock.next_index is not None and (clock.next_index + 1) * self.tick <= end + 1e-9:
             if limit is not None and len(results) >= limit:
                 break
@@ -276,11 +284,23 @@ class Pipeline:
             cells = clock.take(index)
             if cells.credits is not None:
                 self.table.credit_staged(cells.credits)
+                recent = True
             nbytes, events, capacity = cells.sums(n)  # the rows of one (3, n) array
-            results.append(
-                self._evaluate((index + 1) * self.tick, nbytes, events, capacity, health)
+            result, recent = self._evaluate(
+                (index + 1) * self.tick, nbytes, events, capacity, health, quiet, recent
             )
+            results.append(result)
         return results
+
+    def _sources_quiet(self, health: Mapping[str, SourceHealth]) -> bool:
+        """Whether judging the sources can change nothing: each is up and sees, has lost and
+        forged nothing since it was last judged, and has no alert open."""
+        detector = self.detector
+        for name, s in self.sources.items():
+            h = health.get(name)
+            if s.pending or not (h is None or (h.up and not h.blind)) or not detector.quiet(name):
+                return False
+        return True
 
     def _evaluate(
         self,
@@ -289,18 +309,22 @@ class Pipeline:
         events: np.ndarray,
         capacity: np.ndarray,
         health: Mapping[str, SourceHealth],
-    ) -> TickResult:
+        quiet: bool,
+        recent: bool,
+    ) -> tuple[TickResult, bool]:
+        """One tick: ``quiet``, no source to judge (_sources_quiet); ``recent``, some surface
+        may hold recent contributors.  Returns the result and whether some still may."""
         tick = self.tick
-        top = self.config.http.top_contributors or 10
         table = self.table
-        changes = self.detector.evaluate_arrays(
-            end, tick, nbytes, events, lambda row: table.evidence(row, top), capacity
-        )
+        detector = self.detector
+        changes = detector.evaluate_arrays(end, tick, nbytes, events, self._evidence, capacity)
         if self.history is not None:
-            self.history.record(end, *self.detector.last_tick_columns())
+            self.history.record(end, *detector.last_tick_columns())
         judged = []
-        for name, s in self.sources.items():
+        for name, s in () if quiet else self.sources.items():
             h = health.get(name)
+            if not s.pending and (h is None or (h.up and not h.blind)) and detector.quiet(name):
+                continue  # nothing to judge: up, seeing, nothing lost or forged, no alert
             judged.append(
                 SourceJudgement(
                     name=name,
@@ -315,17 +339,21 @@ class Pipeline:
                 )
             )
             s.pending.clear()
-        changes += self.detector.evaluate_sources(end, tick, judged)
+        if judged:
+            changes += detector.evaluate_sources(end, tick, judged)
         # Forget the "recent" contributors of surfaces whose episode is over (quiet, no rule
         # pending or firing, no budget sum left), so the next alert's evidence is about the
         # next episode.  Only rows that hold any are looked at: most rows, most ticks, none.
-        if table.has_recent.any():
+        if recent and table.has_recent.any():
             holding = table.holding_recent((nbytes == 0) & (capacity == 0))
             if len(holding):
                 table.forget_recent(holding[~self.detector.in_episode(holding)])
+                recent = bool(table.has_recent.any())
+        else:
+            recent = False
         self.ticks += 1
         self.last_tick_end = end
-        return TickResult(end, changes)
+        return TickResult(end, changes), recent
 
     # -- state -------------------------------------------------------------------------
     def to_state(self) -> dict[str, Any]:

@@ -88,7 +88,7 @@ def run_ticks(p: Pipeline, ticks: int, start: float = NOW) -> None:
     n = len(p.table)
     for t in range(ticks):
         nbytes = np.full(n, 100.0 * (t + 1))
-        p._evaluate(start + t + 1, nbytes, np.ones(n), nbytes, {})
+        p._evaluate(start + t + 1, nbytes, np.ones(n), nbytes, {}, False, True)
 
 
 def test_a_learning_surface_has_no_threshold_in_its_history():

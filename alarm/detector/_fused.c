@@ -672,40 +672,9 @@ static PyObject *tail_keep(PyObject *self, PyObject *args) {
 /* TailBank.refit's sorting and summing for a batch of rows: each row's ``top`` (its
  * configured count, or as many peaks as it keeps), the threshold u (its top-th largest peak;
  * 0 where it keeps fewer than min_fit) and the mean excess over u of its top largest, summed
- * as numpy sums the batch's (rows, k) array, k the batch's largest top.
- * tail_fit(kept f32[rows, cells], rows i64[b], top i64[rows], min_fit, u f64[b], m f64[b],
- *          top_out i64[b]) */
-static PyObject *tail_fit(PyObject *self, PyObject *args) {
-    enum { N = 6 };
-    Py_buffer v[N];
-    memset(v, 0, sizeof v);
-    int min_fit;
-    if (!PyArg_ParseTuple(args, "y*y*y*iw*w*w*", &v[0], &v[1], &v[2], &min_fit, &v[3], &v[4],
-                          &v[5]))
-        return NULL;
-    Arg batch[] = {{"rows", &v[1], 8}, {"u", &v[3], 8}, {"m", &v[4], 8}, {"top_out", &v[5], 8}};
-    Arg rows_spec[] = {{"top", &v[2], 8}};
-    Py_ssize_t b, n;
-    if (check(batch, 4, &b) < 0 || check(rows_spec, 1, &n) < 0) {
-        release(v, N);
-        return NULL;
-    }
-    const Py_ssize_t cells = n ? v[0].len / 4 / n : 0;
-    if ((n && (v[0].len / 4) % n) || cells > 4096) {
-        PyErr_SetString(PyExc_ValueError, "kept: not whole rows (or too many peaks a row)");
-        release(v, N);
-        return NULL;
-    }
-    const int64_t *rows = v[1].buf, *top_cfg = v[2].buf;
-    for (Py_ssize_t k = 0; k < b; k++)
-        if (rows[k] < 0 || rows[k] >= n) {
-            PyErr_SetString(PyExc_ValueError, "rows: out of range");
-            release(v, N);
-            return NULL;
-        }
-    const float *kept = v[0].buf;
-    double *u = v[3].buf, *m = v[4].buf;
-    int64_t *top_out = v[5].buf;
+ * as numpy sums the batch's (rows, k) array, k the batch's largest top. */
+static void fit_rows(const float *kept, Py_ssize_t cells, const int64_t *rows, Py_ssize_t b,
+                     const int64_t *top_cfg, int min_fit, double *u, double *m, int64_t *top_out) {
     Py_ssize_t k_max = 1;
     for (Py_ssize_t k = 0; k < b; k++) {
         const float *row = kept + rows[k] * cells;
@@ -740,8 +709,95 @@ static PyObject *tail_fit(PyObject *self, PyObject *args) {
         u[k] = uk;
         m[k] = numpy_sum(excess, k_max) / (double)(top > 1 ? top : 1);
     }
+}
+
+/* TailBank.refit (fit_rows, then TailBank._fit) for a batch of rows: each row's threshold z,
+ * xi and sigma, with numpy's log and expm1 (``log_call``, ``expm1_call``: in place over
+ * ``log_buf`` and ``expm1_buf``, one item a row of the bank; the batch's values first, the
+ * rest neutral) so that the values are numpy's.
+ * tail_refit(kept f32[rows, cells], batch i64[b], top i64[rows], min_fit, age f64[rows],
+ *            rate_t f64[rows], held_seconds, z f64[rows], xi f64[rows], sigma f64[rows],
+ *            log_buf f64[rows], log_call, expm1_buf f64[rows], expm1_call) */
+static PyObject *tail_refit(PyObject *self, PyObject *args) {
+    enum { N = 10 };
+    Py_buffer v[N];
+    memset(v, 0, sizeof v);
+    int min_fit;
+    double held_seconds;
+    PyObject *log_call, *expm1_call;
+    if (!PyArg_ParseTuple(args, "y*y*y*iy*y*dw*w*w*w*Ow*O", &v[0], &v[1], &v[2], &min_fit, &v[3],
+                          &v[4], &held_seconds, &v[5], &v[6], &v[7], &v[8], &log_call, &v[9],
+                          &expm1_call))
+        return NULL;
+    Arg rows_spec[] = {{"top", &v[2], 8},   {"age", &v[3], 8},   {"rate_t", &v[4], 8},
+                       {"z", &v[5], 8},     {"xi", &v[6], 8},    {"sigma", &v[7], 8},
+                       {"log_buf", &v[8], 8}, {"expm1_buf", &v[9], 8}};
+    Arg batch_spec[] = {{"batch", &v[1], 8}};
+    Py_ssize_t n, b;
+    PyObject *result = NULL;
+    double *u = NULL, *m = NULL;
+    int64_t *top = NULL;
+    if (check(rows_spec, 8, &n) < 0 || check(batch_spec, 1, &b) < 0) goto done;
+    const Py_ssize_t cells = n ? v[0].len / 4 / n : 0;
+    if ((n && (v[0].len / 4) % n) || cells > 4096) {
+        PyErr_SetString(PyExc_ValueError, "kept: not whole rows (or too many peaks a row)");
+        goto done;
+    }
+    const int64_t *batch = v[1].buf, *top_cfg = v[2].buf;
+    for (Py_ssize_t k = 0; k < b; k++)
+        if (batch[k] < 0 || batch[k] >= n) {
+            PyErr_SetString(PyExc_ValueError, "batch: a row out of range");
+            goto done;
+        }
+    u = PyMem_Malloc(sizeof(double) * (size_t)(b ? b : 1));
+    m = PyMem_Malloc(sizeof(double) * (size_t)(b ? b : 1));
+    top = PyMem_Malloc(sizeof(int64_t) * (size_t)(b ? b : 1));
+    if (!u || !m || !top) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    fit_rows(v[0].buf, cells, batch, b, top_cfg, min_fit, u, m, top);
+    const double *age = v[3].buf, *rate_t = v[4].buf;
+    double *z = v[5].buf, *xi = v[6].buf, *sigma = v[7].buf, *lg = v[8].buf, *em = v[9].buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        lg[i] = 1.0;
+        em[i] = 0.0;
+    }
+    for (Py_ssize_t k = 0; k < b; k++) {
+        const int64_t r = batch[k];
+        const double count = (double)(top[k] > 1 ? top[k] : 1);
+        const double span = max_d(min_d(age[r], held_seconds), 1.0);
+        const double rate_u = (double)top[k] / span;
+        const double ratio = max_d(rate_u, 1e-30) / max_d(rate_t[r], 1e-30);
+        lg[k] = max_d(ratio, 1.0);
+        xi[r] = 1.0 / count;
+        sigma[r] = max_d(m[k], 1e-3);
+    }
+    PyObject *ok = PyObject_CallNoArgs(log_call);
+    if (!ok) goto done;
+    Py_DECREF(ok);
+    for (Py_ssize_t k = 0; k < b; k++) {
+        const double x = xi[batch[k]];
+        em[k] = (fabs(x) < 1e-6 ? 1.0 : x) * lg[k];
+    }
+    ok = PyObject_CallNoArgs(expm1_call);
+    if (!ok) goto done;
+    Py_DECREF(ok);
+    for (Py_ssize_t k = 0; k < b; k++) {
+        const int64_t r = batch[k];
+        const double x = xi[r], s = sigma[r];
+        const int small = fabs(x) < 1e-6;
+        const double curved = s / (small ? 1.0 : x) * em[k];
+        const double level = u[k] + (small ? s * lg[k] : curved);
+        z[r] = top[k] >= min_fit ? level : INFINITY;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyMem_Free(u);
+    PyMem_Free(m);
+    PyMem_Free(top);
     release(v, N);
-    Py_RETURN_NONE;
+    return result;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -765,7 +821,7 @@ static PyObject *tail_fit(PyObject *self, PyObject *args) {
  * --------------------------------------------------------------------------------------- */
 
 enum { LEN_N, LEN_M, LEN_A, LEN_2N, LEN_3N, LEN_HN, LEN_2HN, LEN_24N, LEN_96N, LEN_168N,
-       LEN_RN, LEN_G, LEN_A1 };
+       LEN_RN, LEN_G, LEN_A1, LEN_KEPT3N, LEN_KEPTA };
 
 /* Every array the tick reads or writes: its name in the dict the Python side passes, its item
  * size and its length. */
@@ -793,7 +849,8 @@ enum { LEN_N, LEN_M, LEN_A, LEN_2N, LEN_3N, LEN_HN, LEN_2HN, LEN_24N, LEN_96N, L
     X(W_JUDGED, "swarm_tail_judged", 1, LEN_A) X(W_BREACH, "swarm_tail_breach", 1, LEN_A)    \
     X(W_ENDED, "swarm_tail_ended", 1, LEN_A) X(SW_BREACH, "swarm_breach", 1, LEN_A)           \
     X(ORDER, "gather_order", 8, LEN_G) X(BOUNDS, "gather_bounds", 8, LEN_A1)                  \
-    X(MASK, "mask", 1, LEN_N)                                                                 \
+    X(MASK, "mask", 1, LEN_N) X(T_REFIT, "tail_refit", 8, LEN_3N)                              \
+    X(W_REFIT, "swarm_tail_refit", 8, LEN_A)                                                  \
     /* the spike rule, the size level and the seasonal level */                                \
     X(RATES, "spike.rates", 8, LEN_2N) X(UNIT, "spike.unit", 8, LEN_N)                        \
     X(S_ENABLED, "spike.enabled", 1, LEN_N) X(S_FLOOR, "spike.floor", 8, LEN_N)               \
@@ -819,7 +876,8 @@ enum { LEN_N, LEN_M, LEN_A, LEN_2N, LEN_3N, LEN_HN, LEN_2HN, LEN_24N, LEN_96N, L
     X(T_OPEN, "tail.open", 1, LEN_3N) X(T_PEAK, "tail.peak", 4, LEN_3N)                       \
     X(T_QUIET, "tail.quiet", 8, LEN_3N) X(T_ANOM, "tail.anomalous", 1, LEN_3N)                \
     X(T_Z, "tail.z", 8, LEN_3N) X(T_MINS, "tail.min_seconds", 8, LEN_3N)                      \
-    X(T_RUN, "tail.run", 8, LEN_3N)                                                           \
+    X(T_RUN, "tail.run", 8, LEN_3N) X(T_TEACH, "tail.teach_max", 8, LEN_3N)                  \
+    X(T_KEPT, "tail.kept", 4, LEN_KEPT3N)                                                     \
     /* the members statistic and its tail, per aggregate */                                    \
     X(SW_SUM, "swarm.sum", 8, LEN_N) X(SW_VAR, "swarm.var", 8, LEN_N)                         \
     X(SW_WRITES, "swarm.writes", 8, LEN_N) X(SW_SCORE, "swarm.score", 8, LEN_A)               \
@@ -830,7 +888,8 @@ enum { LEN_N, LEN_M, LEN_A, LEN_2N, LEN_3N, LEN_HN, LEN_2HN, LEN_24N, LEN_96N, L
     X(W_PEAK, "swarm.tail.peak", 4, LEN_A) X(W_QUIET, "swarm.tail.quiet", 8, LEN_A)           \
     X(W_ANOM, "swarm.tail.anomalous", 1, LEN_A) X(W_Z, "swarm.tail.z", 8, LEN_A)              \
     X(W_MINS, "swarm.tail.min_seconds", 8, LEN_A) X(W_RUN, "swarm.tail.run", 8, LEN_A)        \
-    X(W_SIGMA, "swarm.tail.sigma", 8, LEN_A)                                                  \
+    X(W_SIGMA, "swarm.tail.sigma", 8, LEN_A) X(W_TEACH, "swarm.tail.teach_max", 8, LEN_A)     \
+    X(W_KEPT, "swarm.tail.kept", 4, LEN_KEPTA)                                                \
     /* the capacity budgets, (horizon, row) */                                                 \
     X(B_EXCESS, "budget.excess", 8, LEN_HN) X(B_LAST, "budget.last_step", 8, LEN_HN)          \
     X(B_FOLLOW, "budget.follow_excess", 8, LEN_HN) X(B_ENV, "budget.envelope", 8, LEN_HN)     \
@@ -856,7 +915,8 @@ enum { LEN_N, LEN_M, LEN_A, LEN_2N, LEN_3N, LEN_HN, LEN_2HN, LEN_24N, LEN_96N, L
     X(D_TODAY, "duty.today", 8, LEN_N) X(D_THR, "duty.threshold", 8, LEN_N)                   \
     X(D_RUN, "duty.run", 8, LEN_N) X(D_RUN_TODAY, "duty.run_today", 8, LEN_N)                 \
     X(D_RUN_THR, "duty.run_threshold", 8, LEN_N) X(D_HIST, "duty.history", 8, LEN_N)          \
-    X(D_RUN_HIST, "duty.run_history", 8, LEN_N)                                               \
+    X(D_RUN_HIST, "duty.run_history", 8, LEN_N) X(D_DECAY, "duty.decay", 8, LEN_N)            \
+    X(D_LAST, "duty.last_tick", 8, LEN_N)                                                     \
     /* the alert banks, in the order of the changes' bank numbers */                           \
     X(A0_STATE, "spike_alerts.state", 1, LEN_N) X(A0_START, "spike_alerts.started_at", 8, LEN_N) \
     X(A0_PEND, "spike_alerts.pending_since", 8, LEN_N)                                        \
@@ -892,7 +952,7 @@ static const struct {
     X(margin_windows) X(forget) X(rise) X(size_alpha_slot) X(slot_ticks_day)                   \
     X(slot_ticks_week) X(reach_max) X(slots_per_hour) X(mad_eps) X(spread_min) X(day_alpha)   \
     X(week_alpha) X(below) X(swarm_decay) X(swarm_huber) X(min_writes) X(clear_fraction)       \
-    X(gather) X(exact) X(alpha_5m) X(alpha_30m)
+    X(gather) X(exact) X(alpha_5m) X(alpha_30m) X(tail_days) X(tail_per_day)
 
 #define CONST_MEMBER(name) double name;
 typedef struct {
@@ -900,6 +960,7 @@ typedef struct {
     Py_buffer views[F_COUNT];
     void *p[F_COUNT];
     Py_ssize_t n, m, a, h, ring, g;
+    PyObject *numpy[4]; /* numpy's exp, log, log, log over exp_in, log_bytes, log_rates, learn_y */
     int day_slot, hour_first, week_slot, hour;
     double *gathered; /* scratch: one aggregate's members' values */
     struct {
@@ -915,48 +976,31 @@ typedef struct {
 static void Tick_dealloc(TickObject *t) {
     for (int i = 0; i < F_COUNT; i++)
         if (t->views[i].obj) PyBuffer_Release(&t->views[i]);
+    for (int k = 0; k < 4; k++) Py_CLEAR(t->numpy[k]);
     PyMem_Free(t->gathered);
     Py_TYPE(t)->tp_free((PyObject *)t);
 }
 
 /* Tick(arrays: dict[str, ndarray], constants: dict[str, float], n, m, a, h, ring) */
+/* Tick(arrays: dict[str, ndarray], constants: dict[str, float], numpy: tuple of four
+ *      callables (exp_in's exp, log_bytes', log_rates' and learn_y's logs, in place),
+ *      n, m, a, h, ring) */
 static int Tick_init(TickObject *t, PyObject *args, PyObject *kwds) {
-    PyObject *arrays, *constants;
-    if (!PyArg_ParseTuple(args, "O!O!nnnnn", &PyDict_Type, &arrays, &PyDict_Type, &constants,
-                          &t->n, &t->m, &t->a, &t->h, &t->ring))
+    PyObject *arrays, *constants, *calls;
+    if (!PyArg_ParseTuple(args, "O!O!O!nnnnn", &PyDict_Type, &arrays, &PyDict_Type, &constants,
+                          &PyTuple_Type, &calls, &t->n, &t->m, &t->a, &t->h, &t->ring))
         return -1;
-    PyObject *order = PyDict_GetItemString(arrays, "gather_order");
-    if (!order) {
-        PyErr_SetString(PyExc_KeyError, "gather_order");
-        return -1;
-    }
-    t->g = PyObject_Length(order);
-    if (t->g < 0) return -1;
-    if (t->ring < 1 || t->ring > 512 || t->n < 0 || t->m < 0 || t->a < 0 || t->m + t->a != t->n ||
-        t->h < 1) {
-        PyErr_SetString(PyExc_ValueError, "Tick: rows, horizons or ring out of range");
+    if (PyTuple_GET_SIZE(calls) != 4) {
+        PyErr_SetString(PyExc_ValueError, "Tick: four numpy calls");
         return -1;
     }
-    const Py_ssize_t n = t->n;
-    const Py_ssize_t lengths[] = {n,         t->m,       t->a,     2 * n,      3 * n,
-                                  t->h * n,  2 * t->h * n, 24 * n, 96 * n,     168 * n,
-                                  t->ring * n, t->g,     t->a + 1};
-    for (int i = 0; i < F_COUNT; i++) {
-        PyObject *obj = PyDict_GetItemString(arrays, field_spec[i].name);
-        if (!obj) {
-            PyErr_Format(PyExc_KeyError, "tick array %s", field_spec[i].name);
+    for (int k = 0; k < 4; k++) {
+        PyObject *f = PyTuple_GET_ITEM(calls, k);
+        if (!PyCallable_Check(f)) {
+            PyErr_SetString(PyExc_TypeError, "Tick: a numpy call is not callable");
             return -1;
         }
-        if (PyObject_GetBuffer(obj, &t->views[i], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
-            return -1;
-        const Py_ssize_t want = lengths[field_spec[i].len] * field_spec[i].itemsize;
-        if (t->views[i].len != want || t->views[i].itemsize != field_spec[i].itemsize) {
-            PyErr_Format(PyExc_ValueError, "tick array %s: %zd bytes of %zd, expected %zd of %zd",
-                         field_spec[i].name, t->views[i].len, t->views[i].itemsize, want,
-                         field_spec[i].itemsize);
-            return -1;
-        }
-        t->p[i] = t->views[i].buf;
+        Py_XSETREF(t->numpy[k], Py_NewRef(f));
     }
 #define CONST_READ(name)                                                                       \
     {                                                                                          \
@@ -970,9 +1014,45 @@ static int Tick_init(TickObject *t, PyObject *args, PyObject *kwds) {
     }
     TICK_CONSTANTS(CONST_READ)
     if (t->c.reach_max < 0 || t->c.reach_max > REACH_MAX || t->c.slots_per_hour < 0 ||
-        t->c.slots_per_hour > HOUR_SLOTS_MAX) {
-        PyErr_SetString(PyExc_ValueError, "reach or slots per hour out of range");
+        t->c.slots_per_hour > HOUR_SLOTS_MAX || t->c.tail_days < 1 || t->c.tail_per_day < 1) {
+        PyErr_SetString(PyExc_ValueError, "reach, slots per hour or the tails' days out of range");
         return -1;
+    }
+    PyObject *order = PyDict_GetItemString(arrays, "gather_order");
+    if (!order) {
+        PyErr_SetString(PyExc_KeyError, "gather_order");
+        return -1;
+    }
+    t->g = PyObject_Length(order);
+    if (t->g < 0) return -1;
+    if (t->ring < 1 || t->ring > 512 || t->n < 0 || t->m < 0 || t->a < 0 || t->m + t->a != t->n ||
+        t->h < 1) {
+        PyErr_SetString(PyExc_ValueError, "Tick: rows, horizons or ring out of range");
+        return -1;
+    }
+    const Py_ssize_t n = t->n;
+    const Py_ssize_t kept_row = (Py_ssize_t)(t->c.tail_days * t->c.tail_per_day);
+    const Py_ssize_t lengths[] = {n,          t->m,         t->a,         2 * n,   3 * n,
+                                  t->h * n,   2 * t->h * n, 24 * n,       96 * n,  168 * n,
+                                  t->ring * n, t->g,        t->a + 1,     3 * n * kept_row,
+                                  t->a * kept_row};
+    for (int i = 0; i < F_COUNT; i++) {
+        PyObject *obj = PyDict_GetItemString(arrays, field_spec[i].name);
+        if (!obj) {
+            PyErr_Format(PyExc_KeyError, "tick array %s", field_spec[i].name);
+            return -1;
+        }
+        if (t->views[i].obj) PyBuffer_Release(&t->views[i]);
+        if (PyObject_GetBuffer(obj, &t->views[i], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+            return -1;
+        const Py_ssize_t want = lengths[field_spec[i].len] * field_spec[i].itemsize;
+        if (t->views[i].len != want || t->views[i].itemsize != field_spec[i].itemsize) {
+            PyErr_Format(PyExc_ValueError, "tick array %s: %zd bytes of %zd, expected %zd of %zd",
+                         field_spec[i].name, t->views[i].len, t->views[i].itemsize, want,
+                         field_spec[i].itemsize);
+            return -1;
+        }
+        t->p[i] = t->views[i].buf;
     }
     /* Every member index in range, and the bounds in order. */
     const int64_t *ord = I64(ORDER), *bounds = I64(BOUNDS);
@@ -986,6 +1066,7 @@ static int Tick_init(TickObject *t, PyObject *args, PyObject *kwds) {
             PyErr_SetString(PyExc_ValueError, "gather_bounds out of order");
             return -1;
         }
+    PyMem_Free(t->gathered);
     t->gathered = PyMem_Malloc(sizeof(double) * (size_t)(t->g ? t->g : 1));
     if (!t->gathered) {
         PyErr_NoMemory();
@@ -1002,35 +1083,12 @@ static double aggregate_sum(TickObject *t, const double *values, Py_ssize_t j, i
     return reduceat ? numpy_reduceat(t->gathered, count) : numpy_sum(t->gathered, count);
 }
 
-/* begin(nbytes, events, capacity or None (f64[m] each), tick, start, day_slot, hour_first,
- *       week_slot, hour) */
-static PyObject *Tick_begin(TickObject *t, PyObject *args) {
-    Py_buffer vb = {0}, ve = {0}, vc = {0};
-    PyObject *capacity;
-    double tick, start;
-    if (!PyArg_ParseTuple(args, "y*y*Oddiiii", &vb, &ve, &capacity, &tick, &start,
-                          &t->day_slot, &t->hour_first, &t->week_slot, &t->hour))
-        return NULL;
-    int have_capacity = capacity != Py_None;
-    if (have_capacity && PyObject_GetBuffer(capacity, &vc, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&vb);
-        PyBuffer_Release(&ve);
-        return NULL;
-    }
+/* The tick's columns (members, then aggregates' sums), its rates, the seasonal level and the
+ * input of numpy's exp (SeasonalBaseline.predict).  Changes no state: ``begin_rates`` does. */
+static void begin_columns(TickObject *t, const double *nbytes, const double *events,
+                          const double *carried, double tick) {
     const Py_ssize_t n = t->n, m = t->m, a = t->a;
     const int day_slots = 96;
-    if (vb.len != m * 8 || ve.len != m * 8 || (have_capacity && vc.len != m * 8) ||
-        t->day_slot < 0 || t->day_slot >= day_slots || t->hour_first < 0 ||
-        t->hour_first + (int)t->c.slots_per_hour > day_slots || t->week_slot < 0 ||
-        t->week_slot >= 168 || t->hour < 0 || t->hour >= 24) {
-        PyErr_SetString(PyExc_ValueError, "begin: columns of the members (f64) and slots in range");
-        PyBuffer_Release(&vb);
-        PyBuffer_Release(&ve);
-        if (have_capacity) PyBuffer_Release(&vc);
-        return NULL;
-    }
-    const double *nbytes = vb.buf, *events = ve.buf;
-    const double *carried = have_capacity ? (const double *)vc.buf : nbytes;
     double *b = D(COL), *e = b + n, *bits = e + n;
     const double *meta = D(META);
     for (Py_ssize_t i = 0; i < m; i++) {
@@ -1044,27 +1102,12 @@ static PyObject *Tick_begin(TickObject *t, PyObject *args) {
         e[m + j] = aggregate_sum(t, e, j, reduceat);
         bits[m + j] = aggregate_sum(t, bits, j, reduceat);
     }
-    PyBuffer_Release(&vb);
-    PyBuffer_Release(&ve);
-    if (have_capacity) PyBuffer_Release(&vc);
-
     double *rate = D(RATE), *evrate = D(EVRATE), *caprate = D(CAPRATE);
-    double *rates = D(RATES);
-    const int64_t *szage = I64(SZ_AGE);
-    const double alpha[2] = {t->c.alpha_5m, t->c.alpha_30m};
     for (Py_ssize_t i = 0; i < n; i++) {
         rate[i] = b[i] / tick;
         evrate[i] = e[i] / tick;
         caprate[i] = bits[i] / tick;
     }
-    for (int k = 0; k < 2; k++) {
-        double *r = rates + k * n;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            const double moved = r[i] + alpha[k] * (rate[i] - r[i]);
-            r[i] = szage[i] == 0 ? rate[i] : moved;
-        }
-    }
-    /* The seasonal level (SeasonalBaseline.predict, the loop above). */
     const float *day = F(DAY);
     const uint16_t *day_n = (const uint16_t *)t->p[F_DAY_N];
     const float *near[2 * REACH_MAX + 1], *hourp[HOUR_SLOTS_MAX];
@@ -1088,21 +1131,106 @@ static PyObject *Tick_begin(TickObject *t, PyObject *args) {
                      (const uint16_t *)t->p[F_WEEK_N] + (Py_ssize_t)t->week_slot * n, F(RECENT),
                      F(MAD), F(MEANAD), B(SEASONAL), I64(REACH), F(DIP_MAX), t->c.slot_ticks_day,
                      t->c.slot_ticks_week, (float)t->c.mad_eps, t->c.spread_min, pred_y, spread);
-    /* numpy's exp and log take these next. */
-    float *exp_in = F(EXP_IN), *log_rates = F(LOG_RATES);
-    double *log_bytes = D(LOG_BYTES);
-    const double *z = D(Z), *unit = D(UNIT);
+    float *exp_in = F(EXP_IN);
+    const double *z = D(Z);
     for (Py_ssize_t i = 0; i < n; i++) {
         exp_in[i] = (float)pred_y[i];
         exp_in[n + i] = (float)(pred_y[i] + z[i] * spread[i]);
-        log_bytes[i] = max_d(b[i], 1.0);
     }
+}
+
+/* The averaged rates learn the tick (SpikeModel.judge) and the inputs of numpy's logs. */
+static void begin_rates(TickObject *t) {
+    const Py_ssize_t n = t->n;
+    const double *b = D(COL), *rate = D(RATE), *unit = D(UNIT);
+    double *rates = D(RATES), *log_bytes = D(LOG_BYTES);
+    float *log_rates = F(LOG_RATES);
+    const int64_t *szage = I64(SZ_AGE);
+    const double alpha[2] = {t->c.alpha_5m, t->c.alpha_30m};
+    for (int k = 0; k < 2; k++) {
+        double *r = rates + k * n;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const double moved = r[i] + alpha[k] * (rate[i] - r[i]);
+            r[i] = szage[i] == 0 ? rate[i] : moved;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) log_bytes[i] = max_d(b[i], 1.0);
     for (int k = 0; k < 2; k++)
         for (Py_ssize_t i = 0; i < n; i++) {
             float y = (float)(rates[k * n + i] / unit[i]);
             y += 1.0f;
             log_rates[k * n + i] = y;
         }
+}
+
+/* The members' columns of a call (f64[m] each; capacity may be None), checked. */
+typedef struct {
+    Py_buffer b, e, c;
+    int have_capacity;
+} member_columns;
+
+static int get_columns(TickObject *t, PyObject *nb, PyObject *ev, PyObject *cap,
+                       member_columns *cols) {
+    memset(cols, 0, sizeof *cols);
+    if (PyObject_GetBuffer(nb, &cols->b, PyBUF_C_CONTIGUOUS) < 0) return -1;
+    if (PyObject_GetBuffer(ev, &cols->e, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&cols->b);
+        return -1;
+    }
+    cols->have_capacity = cap != Py_None;
+    if (cols->have_capacity && PyObject_GetBuffer(cap, &cols->c, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&cols->b);
+        PyBuffer_Release(&cols->e);
+        return -1;
+    }
+    const Py_ssize_t want = t->m * 8;
+    if (cols->b.len != want || cols->e.len != want || (cols->have_capacity && cols->c.len != want)) {
+        PyErr_SetString(PyExc_ValueError, "the members' columns: f64, one item a member");
+        PyBuffer_Release(&cols->b);
+        PyBuffer_Release(&cols->e);
+        if (cols->have_capacity) PyBuffer_Release(&cols->c);
+        return -1;
+    }
+    return 0;
+}
+
+static void release_columns(member_columns *cols) {
+    PyBuffer_Release(&cols->b);
+    PyBuffer_Release(&cols->e);
+    if (cols->have_capacity) PyBuffer_Release(&cols->c);
+}
+
+static int set_slots(TickObject *t, int day_slot, int hour_first, int week_slot, int hour) {
+    if (day_slot < 0 || day_slot >= 96 || hour_first < 0 ||
+        hour_first + (int)t->c.slots_per_hour > 96 || week_slot < 0 || week_slot >= 168 ||
+        hour < 0 || hour >= 24) {
+        PyErr_SetString(PyExc_ValueError, "slots out of range");
+        return -1;
+    }
+    t->day_slot = day_slot;
+    t->hour_first = hour_first;
+    t->week_slot = week_slot;
+    t->hour = hour;
+    return 0;
+}
+
+/* begin(nbytes, events, capacity or None (f64[m] each), tick, start, day_slot, hour_first,
+ *       week_slot, hour): the tick's columns, rates and seasonal level; numpy's exp and logs
+ *       take exp_in, log_bytes and log_rates next. */
+static PyObject *Tick_begin(TickObject *t, PyObject *args) {
+    PyObject *nb, *ev, *cap;
+    double tick, start;
+    int day_slot, hour_first, week_slot, hour;
+    if (!PyArg_ParseTuple(args, "OOOddiiii", &nb, &ev, &cap, &tick, &start, &day_slot,
+                          &hour_first, &week_slot, &hour))
+        return NULL;
+    (void)start;
+    if (set_slots(t, day_slot, hour_first, week_slot, hour) < 0) return NULL;
+    member_columns cols;
+    if (get_columns(t, nb, ev, cap, &cols) < 0) return NULL;
+    begin_columns(t, cols.b.buf, cols.e.buf, cols.have_capacity ? cols.c.buf : cols.b.buf, tick);
+    release_columns(&cols);
+    begin_rates(t);
     Py_RETURN_NONE;
 }
 
@@ -1311,13 +1439,13 @@ static void beacons(TickObject *t, int64_t tick_index) {
     }
 }
 
-/* rules(now, tick, tick_index) -> [(bank, row, previous, new)]: the spike judgement, the
- * budgets, the aggregates, the beacon and duty rules and the four alert banks (0 spike,
- * 1 budget, 2 beacon, 3 duty).  ``duty_decay`` holds this tick's decay (DutyBank.advance). */
-static PyObject *Tick_rules(TickObject *t, PyObject *args) {
-    double now, tick;
-    long long tick_index;
-    if (!PyArg_ParseTuple(args, "ddL", &now, &tick, &tick_index)) return NULL;
+/* rules(now, tick, tick_index, steady) -> [(bank, row, previous, new)]: the spike judgement,
+ * the budgets, the aggregates, the beacon and duty rules and the four alert banks (0 spike,
+ * 1 budget, 2 beacon, 3 duty).  The duty count decays by ``duty.decay`` on a steady tick
+ * (DutyBank.advance_steady; this records the tick in ``duty.last_tick``), else by
+ * ``duty_decay`` (what DutyBank.advance returned). */
+static PyObject *do_rules(TickObject *t, double now, double tick, int64_t tick_index,
+                          int steady) {
     const Py_ssize_t n = t->n, m = t->m, a = t->a;
     const double *b = D(COL), *rate = D(RATE), *rates = D(RATES), *unit = D(UNIT);
     /* The rest of SeasonalBaseline.predict: numpy's exp is in exp_in now. */
@@ -1461,7 +1589,12 @@ static PyObject *Tick_rules(TickObject *t, PyObject *args) {
     /* The duty rule (DutyBank.update after DutyBank.advance). */
     {
         const uint8_t *d_enabled = B(D_ENABLED);
-        const double *decay = D(DECAY), *thr = D(D_THR), *run_thr = D(D_RUN_THR);
+        const double *decay = steady ? D(D_DECAY) : D(DECAY), *thr = D(D_THR),
+                     *run_thr = D(D_RUN_THR);
+        if (steady) {
+            int64_t *last = I64(D_LAST);
+            for (Py_ssize_t i = 0; i < n; i++) last[i] = (int64_t)tick_index;
+        }
         double *count = D(D_COUNT), *today = D(D_TODAY), *run = D(D_RUN),
                *run_today = D(D_RUN_TODAY), *hist = D(D_HIST), *run_hist = D(D_RUN_HIST);
         uint8_t *db = B(DUTY_BREACH), *dc = B(DUTY_CLEAR);
@@ -1487,13 +1620,19 @@ fail:
     return NULL;
 }
 
+static PyObject *Tick_rules(TickObject *t, PyObject *args) {
+    double now, tick;
+    long long tick_index;
+    int steady;
+    if (!PyArg_ParseTuple(args, "ddLp", &now, &tick, &tick_index, &steady)) return NULL;
+    return do_rules(t, now, tick, (int64_t)tick_index, steady);
+}
+
 /* learn(now, tick) -> (spike tail rows ended, aggregates' tail rows ended): the tails'
  * incidents (the members statistic's, then the spike rule's), the size level, and the input
  * of numpy's log for the seasonal level.  The tails' days have rolled (Python) before. */
-static PyObject *Tick_learn(TickObject *t, PyObject *args) {
-    double now, tick;
-    if (!PyArg_ParseTuple(args, "dd", &now, &tick)) return NULL;
-    (void)now;
+static void do_learn(TickObject *t, double tick, Py_ssize_t *spike_ended_out,
+                     Py_ssize_t *swarm_ended_out) {
     const Py_ssize_t n = t->n, a = t->a;
     Py_ssize_t swarm_ended = 0, spike_ended = 0;
     if (a) {
@@ -1529,11 +1668,21 @@ static PyObject *Tick_learn(TickObject *t, PyObject *args) {
         v += 1.0f;
         y[i] = v;
     }
+    *spike_ended_out = spike_ended;
+    *swarm_ended_out = swarm_ended;
+}
+
+static PyObject *Tick_learn(TickObject *t, PyObject *args) {
+    double now, tick;
+    if (!PyArg_ParseTuple(args, "dd", &now, &tick)) return NULL;
+    (void)now;
+    Py_ssize_t spike_ended, swarm_ended;
+    do_learn(t, tick, &spike_ended, &swarm_ended);
     return Py_BuildValue("(nn)", spike_ended, swarm_ended);
 }
 
 /* learn_end(): the seasonal level learns numpy's log of learn_y (seasonal_loop). */
-static PyObject *Tick_learn_end(TickObject *t, PyObject *Py_UNUSED(ignored)) {
+static void do_learn_end(TickObject *t) {
     const Py_ssize_t n = t->n;
     if (n)
         seasonal_loop(n, F(LEARN_Y), D(PRED_Y), B(READY), B(SETTLED), I64(BL_COUNT), F(ALPHA32),
@@ -1544,6 +1693,183 @@ static PyObject *Tick_learn_end(TickObject *t, PyObject *Py_UNUSED(ignored)) {
                       F(WEEK) + (Py_ssize_t)t->week_slot * n,
                       (uint16_t *)t->p[F_WEEK_N] + (Py_ssize_t)t->week_slot * n, F(RISE_WEEK),
                       (float)t->c.slot_ticks_week, (float)t->c.week_alpha, (float)t->c.below);
+}
+
+static PyObject *Tick_learn_end(TickObject *t, PyObject *Py_UNUSED(ignored)) {
+    do_learn_end(t);
+    Py_RETURN_NONE;
+}
+
+/* TailBank.end_incidents for the rows a tail's incidents ended on (its ``ended`` mask): the
+ * peaks kept as tail_keep keeps them; the rows whose kept peaks changed go to ``refit`` (in
+ * row order, as np.flatnonzero gives them there).  Returns how many. */
+static Py_ssize_t keep_ended(Py_ssize_t rows, const uint8_t *ended, const float *peak,
+                             const double *z, const double *teach, uint8_t *anomalous,
+                             uint8_t *open, float *kept, int block, int days, int per_day,
+                             int64_t *refit) {
+    Py_ssize_t count = 0;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        if (!(ended[r] & 1)) continue;
+        const double cap = z[r] + teach[r];
+        const double p = (anomalous[r] & 1) ? min_d((double)peak[r], cap) : (double)peak[r];
+        float *cells = kept + (r * days + block) * per_day;
+        int slot = 0;
+        for (int j = 1; j < per_day; j++)
+            if (cells[j] < cells[slot]) slot = j;
+        if (p > (double)cells[slot]) {
+            cells[slot] = (float)p;
+            refit[count++] = r;
+        }
+        open[r] = 0;
+        anomalous[r] = 0;
+    }
+    return count;
+}
+
+/* Calls numpy's ufunc ``k`` of the tick (exp or a log over its buffer, in place). */
+static int call_numpy(TickObject *t, int k) {
+    PyObject *r = PyObject_CallNoArgs(t->numpy[k]);
+    if (!r) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* The learning half of a tick after its rules: the tails' incidents and what they keep, the
+ * size level, numpy's log, the seasonal level.  Returns (spike tail rows to refit, the
+ * aggregates' tail rows to refit) through ``refits``; -1 on error. */
+static int finish_tick(TickObject *t, double tick, int spike_block, int swarm_block,
+                       Py_ssize_t refits[2]) {
+    Py_ssize_t spike_ended, swarm_ended;
+    do_learn(t, tick, &spike_ended, &swarm_ended);
+    if (call_numpy(t, 3) < 0) return -1;
+    do_learn_end(t);
+    const int days = (int)t->c.tail_days, per_day = (int)t->c.tail_per_day;
+    refits[0] = refits[1] = 0;
+    if (spike_ended)
+        refits[0] = keep_ended(3 * t->n, B(T_ENDED), F(T_PEAK), D(T_Z), D(T_TEACH), B(T_ANOM),
+                               B(T_OPEN), F(T_KEPT), spike_block, days, per_day, I64(T_REFIT));
+    if (swarm_ended)
+        refits[1] = keep_ended(t->a, B(W_ENDED), F(W_PEAK), D(W_Z), D(W_TEACH), B(W_ANOM),
+                               B(W_OPEN), F(W_KEPT), swarm_block, days, per_day, I64(W_REFIT));
+    return 0;
+}
+
+/* finish(tick, spike_block, swarm_block) -> (spike refits, aggregates' refits): the learning
+ * half of a tick whose rules Python has seen (a tick with alert changes); the blocks are the
+ * tails' current day blocks (TailBank: today % DAYS). */
+static PyObject *Tick_finish(TickObject *t, PyObject *args) {
+    double tick;
+    int spike_block, swarm_block;
+    if (!PyArg_ParseTuple(args, "dii", &tick, &spike_block, &swarm_block)) return NULL;
+    if (spike_block < 0 || spike_block >= (int)t->c.tail_days || swarm_block < 0 ||
+        swarm_block >= (int)t->c.tail_days) {
+        PyErr_SetString(PyExc_ValueError, "finish: a day block out of range");
+        return NULL;
+    }
+    Py_ssize_t refits[2];
+    if (finish_tick(t, tick, spike_block, swarm_block, refits) < 0) return NULL;
+    return Py_BuildValue("(nn)", refits[0], refits[1]);
+}
+
+/* Python's float floor division and modulo (Objects/floatobject.c, float_divmod), so slots
+ * and days are the ones int(x // y) and x % y give there. */
+static void py_divmod(double vx, double wx, double *floordiv, double *mod_out) {
+    double mod = fmod(vx, wx);
+    double div = (vx - mod) / wx;
+    if (mod) {
+        if ((wx < 0) != (mod < 0)) {
+            mod += wx;
+            div -= 1.0;
+        }
+    } else {
+        mod = copysign(0.0, wx);
+    }
+    double fd;
+    if (div) {
+        fd = floor(div);
+        if (div - fd > 0.5) fd += 1.0;
+    } else {
+        fd = copysign(0.0, vx / wx);
+    }
+    *floordiv = fd;
+    *mod_out = mod;
+}
+
+static double py_floordiv(double x, double y) {
+    double q, r;
+    py_divmod(x, y, &q, &r);
+    return q;
+}
+
+static double py_mod(double x, double y) {
+    double q, r;
+    py_divmod(x, y, &q, &r);
+    return r;
+}
+
+/* step(nbytes, events, capacity or None, now, tick, duty_last, duty_day, roll_day,
+ *      roll_day_spike, spike_block, swarm_block) -> a whole ordinary tick in one call:
+ *   0                   not an ordinary tick: nothing was changed, the phases run in Python
+ *                       (an alert not at rest, a tick after a gap or on a new day, a level
+ *                       past float32's exp);
+ *   None                done;
+ *   (spike refits, aggregates' refits)  done, and those tails' rows are to be refitted;
+ *   [changes]           its rules changed alerts: Python builds them, then calls finish.
+ * An ordinary tick follows the duty rule's last on its day (duty_last, duty_day), on the day
+ * the tails last rolled to (roll_day: now's; roll_day_spike: start + tick's), with every alert
+ * bank at rest. */
+static PyObject *Tick_step(TickObject *t, PyObject *args) {
+    PyObject *nb, *ev, *cap;
+    double now, tick;
+    long long duty_last, duty_day, roll_day, roll_day_spike;
+    int spike_block, swarm_block;
+    if (!PyArg_ParseTuple(args, "OOOddLLLLii", &nb, &ev, &cap, &now, &tick, &duty_last,
+                          &duty_day, &roll_day, &roll_day_spike, &spike_block, &swarm_block))
+        return NULL;
+    const Py_ssize_t n = t->n;
+    const double start = now - tick;
+    const double tick_index_f = nearbyint(now / tick);
+    if (!(fabs(tick_index_f) < 9e15) || spike_block < 0 ||
+        spike_block >= (int)t->c.tail_days || swarm_block < 0 ||
+        swarm_block >= (int)t->c.tail_days)
+        return PyLong_FromLong(0);
+    const int64_t tick_index = (int64_t)tick_index_f;
+    if (tick_index != duty_last + 1 || py_floordiv(start, 86400.0) != (double)duty_day ||
+        py_floordiv(now, 86400.0) != (double)roll_day ||
+        py_floordiv(start + tick, 86400.0) != (double)roll_day_spike)
+        return PyLong_FromLong(0);
+    for (int k = 0; k < 4; k++) {
+        const int8_t *state = (const int8_t *)t->p[k == 0   ? F_A0_STATE
+                                                 : k == 1 ? F_A1_STATE
+                                                 : k == 2 ? F_A2_STATE
+                                                          : F_A3_STATE];
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (state[i]) return PyLong_FromLong(0);
+    }
+    const double in_day = py_mod(start, 86400.0);
+    const int day_slot = (int)py_floordiv(in_day, 900.0);
+    const int week_slot = (int)py_floordiv(py_mod(start + 3 * 86400.0, 7 * 86400.0), 3600.0);
+    const int hour = (int)py_floordiv(in_day, 3600.0);
+    if (set_slots(t, day_slot, (week_slot % 24) * (int)t->c.slots_per_hour, week_slot, hour) < 0)
+        return NULL;
+    member_columns cols;
+    if (get_columns(t, nb, ev, cap, &cols) < 0) return NULL;
+    begin_columns(t, cols.b.buf, cols.e.buf, cols.have_capacity ? cols.c.buf : cols.b.buf, tick);
+    release_columns(&cols);
+    /* float32's exp overflows past 88.72: numpy then warns, and the Python phases run with
+     * that warning silenced.  Nothing stateful has happened yet. */
+    const float *exp_in = F(EXP_IN);
+    for (Py_ssize_t i = 0; i < 2 * n; i++)
+        if (!(exp_in[i] <= 88.0f)) return PyLong_FromLong(0);
+    begin_rates(t);
+    for (int k = 0; k < 3; k++)
+        if (call_numpy(t, k) < 0) return NULL;
+    PyObject *changes = do_rules(t, now, tick, tick_index, 1);
+    if (!changes || PyList_GET_SIZE(changes)) return changes;
+    Py_DECREF(changes);
+    Py_ssize_t refits[2];
+    if (finish_tick(t, tick, spike_block, swarm_block, refits) < 0) return NULL;
+    if (refits[0] || refits[1]) return Py_BuildValue("(nn)", refits[0], refits[1]);
     Py_RETURN_NONE;
 }
 
@@ -1552,6 +1878,8 @@ static PyMethodDef tick_methods[] = {
     {"rules", (PyCFunction)Tick_rules, METH_VARARGS, "Judgement, rules and alert steps."},
     {"learn", (PyCFunction)Tick_learn, METH_VARARGS, "Tails, size level, seasonal input."},
     {"learn_end", (PyCFunction)Tick_learn_end, METH_NOARGS, "The seasonal level learns."},
+    {"finish", (PyCFunction)Tick_finish, METH_VARARGS, "The learning half of a tick."},
+    {"step", (PyCFunction)Tick_step, METH_VARARGS, "An ordinary tick in one call."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1574,7 +1902,7 @@ static PyMethodDef methods[] = {
     {"beacon_match", beacon_match, METH_VARARGS, "Rows whose size their beacon ring holds."},
     {"seasonal_learn", seasonal_learn, METH_VARARGS, "SeasonalBaseline.learn's per-row pass."},
     {"tail_keep", tail_keep, METH_VARARGS, "TailBank.end_incidents: keep the ended peaks."},
-    {"tail_fit", tail_fit, METH_VARARGS, "TailBank.refit's sorting and summing."},
+    {"tail_refit", tail_refit, METH_VARARGS, "TailBank.refit for a batch of rows."},
     {NULL, NULL, 0, NULL},
 };
 

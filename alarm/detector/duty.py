@@ -123,6 +123,28 @@ class DutyBank:
         )
         return breached, clear
 
+    def steady_key(self) -> tuple[int, int]:
+        """(the last tick's index, its day): a tick is steady when it follows that tick on
+        that day (``advance_steady``); values no tick matches while they are not known."""
+        never = -(1 << 62)
+        return (
+            never if self._last is None else self._last,
+            never if self._day is None else self._day,
+        )
+
+    def record_steady(self, tick_index: int) -> None:
+        """A steady tick applied elsewhere (the native whole tick's ``step``)."""
+        self._last = tick_index
+
+    def advance_steady(self, start: float, tick_index: int) -> np.ndarray | None:
+        """``advance`` where the tick follows the last one on the same day: then it only
+        records the tick and returns None, and the caller applies ``decay`` and sets
+        ``last_tick`` (the native whole tick does); otherwise what ``advance`` returns."""
+        if self._last is not None and tick_index == self._last + 1 and start // DAY == self._day:
+            self._last = tick_index
+            return None
+        return self.advance(start, tick_index)
+
     def advance(self, start: float, tick_index: int) -> np.ndarray:
         """The bookkeeping of a tick before its counts: the days that ended roll, ticks
         skipped since the last one break the runs; returns each row's decay of the count
@@ -153,7 +175,7 @@ class DutyBank:
     def tick_arrays(self) -> dict[str, np.ndarray]:
         """The arrays the whole native tick reads and writes (fused.py), by name."""
         names = ("enabled", "count", "today", "threshold", "run", "run_today")
-        names += ("run_threshold", "history", "run_history")
+        names += ("run_threshold", "history", "run_history", "decay", "last_tick")
         return {f"duty.{a}": getattr(self, a) for a in names}
 
     def _roll(self, day: int, rows: np.ndarray) -> None:

@@ -26,7 +26,7 @@ from alarm.detector.budget import ENVELOPE_MARGIN, MISCONFIGURED_SECONDS, Budget
 from alarm.detector.duty import DutyBank
 from alarm.detector.relative import RelativeBank
 from alarm.detector.rows import AGGREGATE, plan_rows
-from alarm.detector.seasonal import DAY_SLOTS_PER_HOUR, Prediction, SeasonalBaseline
+from alarm.detector.seasonal import DAY, DAY_SLOTS_PER_HOUR, Prediction, SeasonalBaseline
 from alarm.detector.spike import STATISTICS, SizeLevel, SpikeJudgement, SpikeModel
 from alarm.detector.swarm import MemberShift
 from alarm.detector.tail import TailBank
@@ -196,6 +196,9 @@ class Detector:
             "beacon": self._describe_beacon,
             "duty": self._describe_duty,
         }
+        self._whole_slots: tuple[int, int] | None = None  # the slots the judgement's level is of
+        # The days the tails last rolled to (whole tick; the swarm's and the spike rule's).
+        self._whole_day: tuple[int, int] | None = None
         self._whole = self._whole_tick(plan.aggregate_of)
 
     def _whole_tick(self, aggregate_of: list[np.ndarray]) -> WholeTick | None:
@@ -227,6 +230,7 @@ class Detector:
         }
         constants = self.spike.tick_constants() | self.budget.tick_constants()
         constants |= self.swarm.tick_constants() | self.duty.tick_constants()
+        constants |= TailBank.tick_constants()
         constants |= {
             "gather": float(self._agg_gather is not None),
             "exact": float(self.beacon.exact),
@@ -243,6 +247,14 @@ class Detector:
         )
         judgement.log_bytes = whole.log_bytes
         self._native_judgement = judgement
+        # The last tick's figures are the whole tick's buffers, filled in place each tick.
+        self._judgement = judgement
+        self._bytes = whole.columns[0]
+        self._rate = whole.rate
+        self._events_rate = whole.events_rate
+        self._capacity = whole.capacity
+        self._base = judgement.level.baseline
+        self._swarm_breach = whole.swarm_breach
         return whole
 
     # -- surfaces ----------------------------------------------------------------------
@@ -340,80 +352,141 @@ class Detector:
         capacity: np.ndarray | None,
     ) -> list[AlertChange]:
         """``evaluate_arrays`` on the native whole tick (whole_tick.py): the same passes in
-        the same order, the alert changes built here as there."""
+        the same order, the alert changes built here as there.  An ordinary tick (every
+        alert at rest, no gap, no new day) is one native call; any other runs the passes
+        one by one from here."""
         whole = self._whole
         assert whole is not None
-        f64 = np.float64
-        start = now - tick
-        day_slot, week_slot = self.baseline.slots(start)
-        hour = self.spike.hour_of(start)
         native = whole.native
+        nbytes, events = _float64(nbytes), _float64(events)
+        capacity = None if capacity is None else _float64(capacity)
+        spike_tail, swarm_tail = self.spike.tail, self.swarm.tail
+        roll = self._whole_day or (-(1 << 62), -(1 << 62))
+        duty_last, duty_day = self.duty.steady_key()
+        done = native.step(
+            nbytes,
+            events,
+            capacity,
+            now,
+            tick,
+            duty_last,
+            duty_day,
+            *roll,
+            spike_tail.block,
+            swarm_tail.block,
+        )
+        self._tick_seconds = tick
+        self._spike_columns = None
+        if done is None:
+            self.duty.record_steady(duty_last + 1)
+            return []
+        if isinstance(done, tuple):
+            self.duty.record_steady(duty_last + 1)
+            self._refit_tails(*done)
+            return []
+        if isinstance(done, list):
+            self.duty.record_steady(duty_last + 1)
+            self._set_level_slots(now - tick)
+            changes = self._whole_changes(done, now, contributors)
+            self._refit_tails(*native.finish(tick, spike_tail.block, swarm_tail.block))
+            return changes
+        return self._evaluate_phases(now, tick, nbytes, events, contributors, capacity)
+
+    def _evaluate_phases(
+        self,
+        now: float,
+        tick: float,
+        nbytes: np.ndarray,
+        events: np.ndarray,
+        contributors: Evidence,
+        capacity: np.ndarray | None,
+    ) -> list[AlertChange]:
+        """A tick that is not ordinary (``_evaluate_whole``), pass by pass."""
+        whole = self._whole
+        assert whole is not None
+        native = whole.native
+        start = now - tick
+        day_slot, week_slot = self._set_level_slots(start)
         native.begin(
-            np.ascontiguousarray(nbytes, dtype=f64),
-            np.ascontiguousarray(events, dtype=f64),
-            None if capacity is None else np.ascontiguousarray(capacity, dtype=f64),
+            nbytes,
+            events,
+            capacity,
             tick,
             start,
             day_slot,
             (week_slot % 24) * DAY_SLOTS_PER_HOUR,
             week_slot,
-            hour,
+            self.spike.hour_of(start),
         )
         with np.errstate(over="ignore"):  # a level past float32's range is +inf, as in numpy
             np.exp(whole.exp_in, out=whole.exp_in)
         np.log(whole.log_bytes, out=whole.log_bytes)
         np.log(whole.log_rates, out=whole.log_rates)
         tick_index = round(now / tick)
-        np.copyto(whole.duty_decay, self.duty.advance(start, tick_index))
-        raw = native.rules(now, tick, tick_index)
+        decay = self.duty.advance_steady(start, tick_index)
+        if decay is not None:
+            np.copyto(whole.duty_decay, decay)
+        raw = native.rules(now, tick, tick_index, decay is None)
+        changes = self._whole_changes(raw, now, contributors)
+        # Learning: the tails' days roll first, as their update does.
+        days = (int(now // DAY), int((start + tick) // DAY))
+        if days != self._whole_day:
+            self._whole_day = days
+            if self._agg_count:
+                self.swarm.tail.roll(now)
+            self.spike.tail.roll(start + tick)  # the time SpikeModel.learn gives its tails
+        self._refit_tails(*native.finish(tick, self.spike.tail.block, self.swarm.tail.block))
+        return changes
 
-        judgement = self._native_judgement
-        p = judgement.level
-        judgement.level = Prediction(
-            p.pred_y, p.baseline, p.threshold, p.ready, day_slot, week_slot
-        )
-        self._judgement = judgement
-        self._bytes = whole.columns[0]
-        self._rate = whole.rate
-        self._events_rate = whole.events_rate
-        self._capacity = whole.capacity
-        self._base = p.baseline
-        self._tick_seconds = tick
-        self._spike_columns = None
-        self._swarm_breach = whole.swarm_breach
+    def _set_level_slots(self, start: float) -> tuple[int, int]:
+        """The judgement's level names the slots of the tick that began at ``start``."""
+        slots = self.baseline.slots(start)
+        if slots != self._whole_slots:
+            self._whole_slots = slots
+            p = self._native_judgement.level
+            self._native_judgement.level = Prediction(
+                p.pred_y, p.baseline, p.threshold, p.ready, *slots
+            )
+        return slots
 
+    def _whole_changes(
+        self, raw: list[tuple[int, int, int, int]], now: float, contributors: Evidence
+    ) -> list[AlertChange]:
+        """The alert changes of the native tick's rules (bank, row, previous, new), built in
+        the order evaluate_arrays builds them, with escalations and misconfigured budgets."""
         by_bank: list[list[tuple[int, AlertState, AlertState]]] = [[], [], [], []]
         for bank, row, prev, new in raw:
             by_bank[bank].append((row, AlertState(prev), AlertState(new)))
-        spike_changes, budget_changes, beacon_changes, duty_changes = by_bank
+        spike_changes = by_bank[0]
         changes = [
             self._change(row, "spike", prev, new, now, contributors)
             for row, prev, new in spike_changes
         ]
-        for row in self.spike_alerts.escalations(whole.rate, self._escalate, spike_changes):
-            changes.append(
-                self._change(row, "spike", AlertState.FIRING, AlertState.FIRING, now, contributors)
-            )
-        for row, prev, new in budget_changes:
+        if spike_changes or self.spike_alerts.state.any():
+            rate = self._rate
+            for row in self.spike_alerts.escalations(rate, self._escalate, spike_changes):
+                changes.append(
+                    self._change(
+                        row, "spike", AlertState.FIRING, AlertState.FIRING, now, contributors
+                    )
+                )
+        for row, prev, new in by_bank[1]:
             changes.append(self._change(row, "budget", prev, new, now, contributors))
         self._misconfigured(now)
-        for row, prev, new in beacon_changes:
-            changes.append(self._change(row, "beacon", prev, new, now, contributors))
-        for row, prev, new in duty_changes:
-            changes.append(self._change(row, "duty", prev, new, now, contributors))
-
-        # Learning: the tails' days roll first, as their update does.
-        if self._agg_count:
-            self.swarm.tail.roll(now)
-        self.spike.tail.roll(start + tick)  # the time SpikeModel.learn gives its tails
-        spike_ended, swarm_ended = native.learn(now, tick)
-        np.log(whole.learn_y, out=whole.learn_y)
-        native.learn_end()
-        if swarm_ended:
-            self.swarm.tail.end_incidents(np.flatnonzero(whole.swarm_tail_ended))
-        if spike_ended:
-            self.spike.tail.end_incidents(np.flatnonzero(whole.tail_ended))
+        for rule, bank in (("beacon", 2), ("duty", 3)):
+            for row, prev, new in by_bank[bank]:
+                changes.append(self._change(row, rule, prev, new, now, contributors))
         return changes
+
+    def _refit_tails(self, spike_rows: int, swarm_rows: int) -> None:
+        """Refit the tails whose kept peaks the native tick changed (TailBank.end_incidents
+        refits them at once)."""
+        whole = self._whole
+        assert whole is not None
+        if swarm_rows:
+            self.swarm.tail.refit(whole.swarm_tail_refit[:swarm_rows])
+        if spike_rows:
+            self.spike.tail.refit(whole.tail_refit[:spike_rows])
 
     def _misconfigured(self, now: float) -> None:
         """A declared budget firing on the surface's ordinary traffic for more than a day is
@@ -785,6 +858,11 @@ class Detector:
                     changes.append(_source_change(j, rule, change, machine, now))
         return changes
 
+    def quiet(self, source: str) -> bool:
+        """Whether judging ``source`` while it is up, sees and lost or forged nothing can
+        change nothing: it has been up, and every alert of its rules is at rest."""
+        return self._source_starting.get(source) == -math.inf and self._at_rest(source)
+
     def _at_rest(self, source: str) -> bool:
         """Whether every source rule of ``source`` has its machine, and each is inactive."""
         machines = self.source_alerts
@@ -961,6 +1039,7 @@ class Detector:
                     use = aggregate_pairs
                 persist.restore_rows(target, arrays[name], use)
         self.duty.restored()
+        self._whole_day = None  # the tails' days were restored: roll them on the next tick
         self.spike.tail.restore_days(header.get("tail_days"))
         self.swarm.tail.restore_days(header.get("swarm_tail_days"))
         return changes
@@ -1084,6 +1163,16 @@ def _source_change(
         },
         summary=f"source {j.name} {what}",
     )
+
+
+F64 = np.dtype(np.float64)
+
+
+def _float64(values: np.ndarray) -> np.ndarray:
+    """``values`` as C-contiguous float64, without a call where they already are."""
+    if values.dtype is F64 and values.flags.c_contiguous:
+        return values
+    return np.ascontiguousarray(values, dtype=np.float64)
 
 
 def _as_slice(members: np.ndarray) -> slice | np.ndarray:

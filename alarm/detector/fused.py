@@ -28,4 +28,6 @@ def native() -> ModuleType | None:
 
 def code_path() -> str:
     """What a benchmark says it measured."""
-    return "native fused passes" if native_module is not None else "numpy (no native extension)"
+    if native_module is None:
+        return "numpy (no native extension)"
+    return "native whole tick (whole_tick.py) where its rules allow, else fused passes"

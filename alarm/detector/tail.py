@@ -35,6 +35,8 @@ its tail is not known and it raises nothing (the budgets and the beacon rule pro
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from alarm.detector import fused
@@ -118,6 +120,11 @@ class TailBank:
         self.z = np.full(rows, np.inf)  # the calibrated threshold (of the residual)
         self.xi = np.zeros(rows)
         self.sigma = np.zeros(rows)
+        # numpy's log and expm1 in place, which the native refit calls (fused.py): its
+        # thresholds are then numpy's to the last bit.
+        self._log_buf, self._expm1_buf = np.ones(rows), np.zeros(rows)
+        self._log = partial(np.log, self._log_buf, out=self._log_buf)
+        self._expm1 = partial(np.expm1, self._expm1_buf, out=self._expm1_buf)
         self._today = -1
 
     def nbytes(self) -> int:
@@ -128,7 +135,8 @@ class TailBank:
         names = ("u0", "spread", "seen", "age", "open", "peak", "quiet", "anomalous", "z")
         out = {f"{prefix}.{a}": getattr(self, a) for a in names}
         out |= {f"{prefix}.min_seconds": self.min_seconds, f"{prefix}.run": self.run}
-        out[f"{prefix}.sigma"] = self.sigma
+        out |= {f"{prefix}.sigma": self.sigma, f"{prefix}.teach_max": self.teach_max}
+        out[f"{prefix}.kept"] = self.kept
         return out
 
     @property
@@ -228,6 +236,16 @@ class TailBank:
             self.day = np.array(days, dtype=np.int64)
             self._today = int(self.day.max())
 
+    @property
+    def block(self) -> int:
+        """Where today's kept peaks are (the day's block of ``kept``)."""
+        return self._today % DAYS
+
+    @staticmethod
+    def tick_constants() -> dict[str, float]:
+        """The scalars the whole native tick needs of the tails (fused.py)."""
+        return {"tail_days": float(DAYS), "tail_per_day": float(PER_DAY)}
+
     def roll(self, now: float) -> None:
         """A new day at ``now``: its block of kept peaks starts empty and every row is
         refitted (the kept window moved).  ``update`` does it first."""
@@ -261,11 +279,11 @@ class TailBank:
             return
         native = fused.native()
         if native is not None:
-            u, m = np.empty(rows.size), np.empty(rows.size)
-            top = np.empty(rows.size, dtype=np.int64)
             rows = np.ascontiguousarray(rows, dtype=np.int64)
-            native.tail_fit(self.kept, rows, self.top, MIN_FIT, u, m, top)
-            self._fit(rows, u, m, top)
+            held = max(int((self.day >= 0).sum()), 1) * DAY
+            fit = (self.kept, rows, self.top, MIN_FIT, self.age, self.rate_t, held)
+            out = (self.z, self.xi, self.sigma)
+            native.tail_refit(*fit, *out, self._log_buf, self._log, self._expm1_buf, self._expm1)
             return
         kept = self.kept[rows].reshape(rows.size, -1)
         have = np.isfinite(kept).sum(axis=1)

@@ -17,6 +17,7 @@ budget and the drop rule, both off by default.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from types import ModuleType
 
 import numpy as np
@@ -49,6 +50,9 @@ class WholeTick:
         self.duty_decay = np.zeros(n)
         self.tail_ended = np.zeros(3 * n, dtype=bool)
         self.swarm_tail_ended = np.zeros(a, dtype=bool)
+        # The rows of each tail whose kept peaks changed this tick (their first ``count``).
+        self.tail_refit = np.zeros(3 * n, dtype=np.int64)
+        self.swarm_tail_refit = np.zeros(a, dtype=np.int64)
         self.swarm_breach = np.zeros(a, dtype=bool)
         gather = [np.asarray(m, dtype=np.int64) for m in aggregate_of]
         bounds = np.cumsum([0] + [len(m) for m in gather]).astype(np.int64)
@@ -65,6 +69,8 @@ class WholeTick:
             "duty_decay": self.duty_decay,
             "tail_ended": self.tail_ended,
             "swarm_tail_ended": self.swarm_tail_ended,
+            "tail_refit": self.tail_refit,
+            "swarm_tail_refit": self.swarm_tail_refit,
             "swarm_breach": self.swarm_breach,
             "gather_order": np.concatenate(gather) if gather else np.zeros(0, np.int64),
             "gather_bounds": bounds,
@@ -89,7 +95,14 @@ class WholeTick:
             buffers[name] = np.zeros(cells, dtype=f64)
         buffers["margin_seconds"] = np.zeros(cells, dtype=f64)
         self._held = {**arrays, **buffers}  # what the native object reads and writes
-        self.native = native.Tick(self._held, dict(constants), n, members, a, horizons, ring)
+        # numpy's exp and logs, in place, for the native object to call between its passes.
+        calls = (
+            partial(np.exp, self.exp_in, out=self.exp_in),
+            partial(np.log, self.log_bytes, out=self.log_bytes),
+            partial(np.log, self.log_rates, out=self.log_rates),
+            partial(np.log, self.learn_y, out=self.learn_y),
+        )
+        self.native = native.Tick(self._held, dict(constants), calls, n, members, a, horizons, ring)
 
 
 __all__ = ["WholeTick"]
