@@ -32,15 +32,22 @@ import numpy as np
 
 from alarm.events import SourceHealth
 
+# A batch spanning ticks x rows up to this many is placed as dense per-tick sums (one
+# scatter for the batch; the tick's sums are then ready when it is evaluated); a larger one
+# (a wide table) as chunks of the rows that wrote.
+DENSE_CELLS = 1 << 19
+
 
 @dataclass(slots=True)
 class Cells:
     """What is counted in one open tick so far: chunks of cells, each a surface row and its
-    sums (``columns``: a (3, cells) block of bytes, events and capacity bytes)."""
+    sums (``columns``: a (3, cells) block of bytes, events and capacity bytes), or the dense
+    sums of the one batch that counted in it (``dense``, (3, rows of the table))."""
 
     rows: list[np.ndarray] = field(default_factory=list)
     columns: list[np.ndarray] = field(default_factory=list)
     size: int = 0
+    dense: np.ndarray | None = None
     # Whether the cells hold each row at most once (one chunk from EventClock.add, which sums
     # a batch's writes per tick and row): then the tick's sums are a scatter, not a bincount.
     distinct: bool = True
@@ -50,14 +57,34 @@ class Cells:
 
     def add(self, rows: np.ndarray, columns: np.ndarray) -> None:
         """A chunk of cells: ``columns`` is (3, len(rows)) float64."""
+        if self.dense is not None:
+            self._sparse()
         self.distinct = not self.rows
         self.rows.append(rows)
         self.columns.append(columns)
         self.size += len(rows)
 
+    def chunks(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The cells as (rows, columns) chunks."""
+        if self.dense is not None:
+            self._sparse()
+        return list(zip(self.rows, self.columns, strict=True))
+
+    def _sparse(self) -> None:
+        """Dense sums as a chunk of the rows that wrote."""
+        dense, self.dense = self.dense, None
+        assert dense is not None
+        rows = np.flatnonzero(dense.any(axis=0))
+        self.rows, self.columns = [rows], [dense[:, rows]]
+        self.distinct = True
+
     def sums(self, n: int) -> np.ndarray:
         """Dense per-row sums for a table of ``n`` rows: (3, n), bytes, events and capacity
         bytes."""
+        if self.dense is not None and self.dense.shape[1] == n:
+            return self.dense
+        if self.dense is not None:
+            self._sparse()
         out = np.zeros((3, n))
         if not self.rows:
             return out
@@ -78,6 +105,7 @@ class Cells:
         self.columns = [sums[:, rows]]
         self.size = len(rows)
         self.distinct = True
+        self.dense = None
 
 
 @dataclass(slots=True)
@@ -171,7 +199,7 @@ class EventClock:
             cells = self.open.pop(i)
             moved += cells.size
             target = self.open.setdefault(index, Cells())
-            for rows, columns in zip(cells.rows, cells.columns, strict=True):
+            for rows, columns in cells.chunks():
                 target.add(rows, columns)
             if cells.credits is not None:
                 target.credits = (
@@ -181,8 +209,16 @@ class EventClock:
         return moved
 
     def add(
-        self, idx: np.ndarray, rows: np.ndarray, b: np.ndarray, e: np.ndarray, c: np.ndarray
+        self,
+        idx: np.ndarray,
+        rows: np.ndarray,
+        b: np.ndarray,
+        e: np.ndarray,
+        c: np.ndarray,
+        table_rows: int = 0,
     ) -> None:
+        """Count cells (tick index, table row, bytes, events, capacity bytes) in their open
+        ticks; ``table_rows``: the table's size (0: unknown, every tick gets a chunk)."""
         order = np.lexsort((rows, idx))
         idx, rows = idx[order], rows[order]
         columns = np.stack([b[order], e[order], c[order]])
@@ -194,10 +230,24 @@ class EventClock:
             group = np.cumsum(first) - 1
             columns = np.stack([np.bincount(group, weights=col) for col in columns])
             idx, rows = idx[first], rows[first]
-        ticks, starts = np.unique(idx, return_index=True)
+        ticks, starts, counts = np.unique(idx, return_index=True, return_counts=True)
         ends = [*starts[1:].tolist(), len(idx)]
-        for t, s, end in zip(ticks.tolist(), starts.tolist(), ends, strict=True):
-            self.open.setdefault(t, Cells()).add(rows[s:end], columns[:, s:end])
+        dense = None
+        if table_rows > 0 and ticks.size * table_rows <= DENSE_CELLS:
+            dense = np.zeros((ticks.size, 3, table_rows))
+            dense[np.repeat(np.arange(ticks.size), counts), :, rows] = columns.T
+        open_ = self.open
+        for k, (t, s, end) in enumerate(zip(ticks.tolist(), starts.tolist(), ends, strict=True)):
+            cells = open_.get(t)
+            if dense is not None and (cells is None or (not cells.rows and cells.dense is None)):
+                if cells is None:
+                    cells = open_[t] = Cells()
+                cells.dense = dense[k]
+                cells.size = end - s
+                continue
+            if cells is None:
+                cells = open_[t] = Cells()
+            cells.add(rows[s:end], columns[:, s:end])
 
     def staged(self, index: int) -> Cells:
         """The open tick ``index`` (created if nothing is counted in it yet)."""

@@ -187,7 +187,7 @@ class Pipeline:
         if future:
             state.counters["future_events"] += future
         self.table.count(rows, nbytes, events)
-        self.clock.add(idx, rows, nbytes, events, capacity)
+        self.clock.add(idx, rows, nbytes, events, capacity, len(self.table))
         self._stage_contributors(ev, subject_rows, idx, nbytes, capacity)
 
     def _stage_contributors(

@@ -126,6 +126,10 @@ class TailBank:
         self._log = partial(np.log, self._log_buf, out=self._log_buf)
         self._expm1 = partial(np.expm1, self._expm1_buf, out=self._expm1_buf)
         self._today = -1
+        # _held_seconds' cache: the day array and the day it was computed for.
+        self._held_key: np.ndarray | None = None
+        self._held_today = -2
+        self._held = DAY
 
     def nbytes(self) -> int:
         return sum(getattr(self, a).nbytes for a in self.STATE)
@@ -280,8 +284,7 @@ class TailBank:
         native = fused.native()
         if native is not None:
             rows = np.ascontiguousarray(rows, dtype=np.int64)
-            held = max(int((self.day >= 0).sum()), 1) * DAY
-            fit = (self.kept, rows, self.top, MIN_FIT, self.age, self.rate_t, held)
+            fit = (self.kept, rows, self.top, MIN_FIT, self.age, self.rate_t, self._held_seconds())
             out = (self.z, self.xi, self.sigma)
             native.tail_refit(*fit, *out, self._log_buf, self._log, self._expm1_buf, self._expm1)
             return
@@ -302,13 +305,21 @@ class TailBank:
         m = excess.sum(axis=1) / np.maximum(top, 1)
         self._fit(rows, u, m, top)
 
+    def _held_seconds(self) -> float:
+        """The seconds of days whose peaks are kept (at least a day): what ``rate_u`` is
+        over.  Changes only when a day rolls or days are restored."""
+        days = self.day
+        if self._held_key is not days or self._held_today != self._today:
+            self._held_key, self._held_today = days, self._today
+            self._held = max(int((days >= 0).sum()), 1) * DAY
+        return self._held
+
     def _fit(self, rows: np.ndarray, u: np.ndarray, m: np.ndarray, top: np.ndarray) -> None:
         """The thresholds of ``rows`` from their tails' u, mean excess and peak count."""
         count = np.maximum(top, 1)
         fit = top >= MIN_FIT
         xi, sigma = self._tail_shape(m, count)
-        held = (self.day >= 0).sum()
-        span = np.maximum(np.minimum(self.age[rows], max(held, 1) * DAY), 1.0)
+        span = np.maximum(np.minimum(self.age[rows], self._held_seconds()), 1.0)
         z = gpd_level(u, xi, sigma, top / span, self.rate_t[rows])
         z = np.where(fit, z, np.inf)
         self.z[rows] = z
