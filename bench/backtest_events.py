@@ -112,6 +112,25 @@ def run_capalarm(path: Path, workers: int) -> tuple[float, float, dict]:
     return seconds, peak_mb, summary
 
 
+def code_path() -> str:
+    """What the installed package runs: the detector's path and the reader of event lines."""
+    probe = (
+        "from alarm.detector import fused; from alarm import backtest; "
+        "print(fused.code_path() + '; event lines: ' + "
+        "('native reader (alarm/_eventscan.c)' if backtest.native_events else 'regex reader'))"
+    )
+    exe = shutil.which("capalarm")
+    python = Path(exe).with_name("python") if exe else Path(sys.executable)
+    proc = subprocess.run(
+        [str(python if python.exists() else sys.executable), "-c", probe],
+        capture_output=True,
+        text=True,
+        cwd=tempfile.gettempdir(),  # the installed package, not this checkout
+        check=False,
+    )
+    return proc.stdout.strip() or f"unknown ({proc.stderr.strip()[-200:]})"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -144,6 +163,7 @@ def main() -> int:
         f"  twice the days      {n2 / secs2:12,.0f} events/s  {secs2:7.2f} s  "
         f"peak RSS {peak2:6.0f} MB ({peak2 / peak:.2f}x the memory for 2x the input)"
     )
+    print(f"code path: {code_path()}")
     met = rate >= FLOOR
     print(f"floor: >= {FLOOR:,.0f} events/s: {'met' if met else 'MISSED'} ({rate:,.0f})")
     return 0 if met else 1
