@@ -6,19 +6,16 @@ check of ``blind_after``; no credentials in the message."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from aiohttp import web
 
-from alarm.collectors.registry.poller import RegistryPoller
 from alarm.config import ConfigError, config_from_dict
 from tests.fakes.kit import wait_for
 from tests.fakes.server import free_port, serve
-from tests.registries.harness import Recorder, collector, settings
+from tests.registries.harness import Recorder, collector, running, settings
 
 BOARD = {"api": "json", "items": "posts", "id": "id", "size": "bytes"}
 
@@ -35,17 +32,6 @@ def board_app(state: dict[str, Any]) -> web.Application:
     app = web.Application()
     app.router.add_get("/posts", posts)
     return app
-
-
-@contextlib.asynccontextmanager
-async def running(source: RegistryPoller, rec: Recorder) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(source.run(rec))
-    try:
-        yield task
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def test_down_at_start_is_blind_after_blind_after_and_sees_when_it_is_up() -> None:
