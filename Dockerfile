@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # The capalarm image: a build stage compiles the package with its C parts (the kernel scanner,
-# alarm/collectors/kernel/_fastscan.c, and the detector's loops, alarm/detector/_fused.c), the
+# alarm/collectors/kernel/_fastscan.c, the detector's loops and whole tick, alarm/detector/
+# _fused.c and _whole_tick.c, and the reader of write-event lines, alarm/_eventscan.c), the
 # runtime stage is slim and runs as a non-root user.
 #
 #   docker build -t capalarm:0.1.0 .
@@ -19,10 +20,11 @@ COPY pyproject.toml setup.py README.md ./
 COPY alarm ./alarm
 COPY exporters ./exporters
 # setup.py marks the extensions optional (a host without a compiler still installs); here the
-# compiler is present, so a missing one is a broken build: check that both import.
+# compiler is present, so a missing one is a broken build: check that each imports.
 RUN python -m venv /opt/capalarm \
  && /opt/capalarm/bin/pip install --no-cache-dir . \
- && /opt/capalarm/bin/python -c "import alarm.collectors.kernel._fastscan, alarm.detector._fused"
+ && /opt/capalarm/bin/python -c \
+      "import alarm.collectors.kernel._fastscan, alarm.detector._fused, alarm._eventscan"
 
 FROM ${PYTHON_IMAGE}
 # journalctl: `type: auto` sources read the host journal where /dev/kmsg cannot be opened

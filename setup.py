@@ -22,7 +22,8 @@ setup(
         ),
         Extension(
             "alarm.detector._fused",
-            ["alarm/detector/_fused.c"],
+            ["alarm/detector/_fused.c", "alarm/detector/_whole_tick.c"],
+            depends=["alarm/detector/_fused.h"],
             # No fused multiply-adds: the passes must round where numpy rounds.
             extra_compile_args=["-O3", "-fno-fast-math", "-ffp-contract=off", "-fno-trapping-math"],
             optional=True,

@@ -4,7 +4,7 @@
 100k surfaces each pass is long and that is the right shape; at a few dozen (a backtest of a
 small fleet, 120,000 ticks for two weeks at 10 s) each is a microsecond of call for
 nanoseconds of work, and a tick costs half a millisecond whatever it holds.  ``_fused.Tick``
-(``_fused.c``) does the same passes in four calls over the detector's own arrays, with numpy's
+(``_whole_tick.c``) does the same passes over the detector's own arrays, with numpy's
 exp and log between them (numpy's SIMD exp and log round differently from libm's, and the
 two paths must agree bit for bit: tests/test_fused.py compares every state array and change).
 
