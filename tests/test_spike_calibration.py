@@ -184,3 +184,34 @@ def test_the_onset_score_grades_incident_highs_only():
     after = scores[4:]
     assert sum(x > 0 for x in after) <= len(after) // 2, after
     assert min(scores) >= 0.0 and max(scores) < 1.0
+
+
+@pytest.mark.parametrize("path", ["native", "numpy"])
+def test_a_tail_once_known_is_not_forgotten_in_calm_weeks(path, monkeypatch):
+    # At an hourly tick a fortnight holds a few dozen incidents; a surface calm for longer
+    # (its ordinary residuals below the incident level for weeks) ages every kept peak out.
+    # Un-judging it then would leave it without a spike rule until MIN_FIT new incidents came,
+    # weeks later: it keeps its last fit instead.
+    from alarm.detector import fused
+    from alarm.detector.tail import DAYS, MIN_FIT, TailBank, target_rate
+
+    if path == "numpy":
+        monkeypatch.setattr(fused, "native_module", None)
+    elif fused.native() is None and not os.environ.get("CI"):
+        pytest.skip("alarm.detector._fused not built here (no C compiler at install time)")
+    hour = 3600.0
+    one = np.ones(1, dtype=bool)
+    tails = TailBank(1, [1], [target_rate(0.1, 3)], [12], [86400.0], [math.log(4.0)])
+    rng = np.random.default_rng(3)
+    thresholds = []
+    for i in range(24 * (DAYS + 12)):
+        busy = i < 24 * 6  # six days of ordinary noise with incidents, then calm
+        r = rng.standard_exponential(1) if busy else np.array([-1.0])
+        breach = r > tails.threshold()
+        tails.update(r, one, T0 + (i + 1) * hour, hour, breach)
+        thresholds.append(float(tails.threshold()[0]))
+    first = next(i for i, z in enumerate(thresholds) if math.isfinite(z))
+    assert first < 24 * 6, "the tail was never fitted on six days of incidents"
+    assert all(math.isfinite(z) for z in thresholds[first:]), "judging stopped in calm weeks"
+    assert tails.peaks[0] < MIN_FIT  # the busy days' peaks aged out; the fit was kept
+    assert tails.ready[0]

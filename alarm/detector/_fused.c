@@ -729,14 +729,16 @@ static PyObject *tail_refit(PyObject *self, PyObject *args) {
         const double rate_u = (double)top[k] / span;
         const double ratio = max_d(rate_u, 1e-30) / max_d(rate_t[r], 1e-30);
         lg[k] = max_d(ratio, 1.0);
-        xi[r] = 1.0 / count;
-        sigma[r] = max_d(m[k], 1e-3);
+        if (top[k] >= min_fit) { /* a row too few peaks keeps its last fit (tail.py) */
+            xi[r] = 1.0 / count;
+            sigma[r] = max_d(m[k], 1e-3);
+        }
     }
     PyObject *ok = PyObject_CallNoArgs(log_call);
     if (!ok) goto done;
     Py_DECREF(ok);
     for (Py_ssize_t k = 0; k < b; k++) {
-        const double x = xi[batch[k]];
+        const double x = 1.0 / (double)(top[k] > 1 ? top[k] : 1);
         em[k] = (fabs(x) < 1e-6 ? 1.0 : x) * lg[k];
     }
     ok = PyObject_CallNoArgs(expm1_call);
@@ -744,11 +746,11 @@ static PyObject *tail_refit(PyObject *self, PyObject *args) {
     Py_DECREF(ok);
     for (Py_ssize_t k = 0; k < b; k++) {
         const int64_t r = batch[k];
+        if (top[k] < min_fit) continue;
         const double x = xi[r], s = sigma[r];
         const int small = fabs(x) < 1e-6;
         const double curved = s / (small ? 1.0 : x) * em[k];
-        const double level = u[k] + (small ? s * lg[k] : curved);
-        z[r] = top[k] >= min_fit ? level : INFINITY;
+        z[r] = u[k] + (small ? s * lg[k] : curved);
     }
     result = Py_NewRef(Py_None);
 done:

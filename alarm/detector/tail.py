@@ -31,6 +31,7 @@ Per row, for one statistic ``r`` (a residual: the statistic minus its seasonal l
 
 A row *judges* once it keeps ``top`` peaks and has ``min_seconds`` of observation: before that
 its tail is not known and it raises nothing (the budgets and the beacon rule protect it).
+Once fitted it stays judged: when calm ages its peaks below MIN_FIT it keeps its last fit.
 """
 
 from __future__ import annotations
@@ -276,7 +277,11 @@ class TailBank:
     def refit(self, rows: np.ndarray | None = None) -> None:
         """Fit the tail again: rows with a new peak kept at once, every row when a day ends
         (the kept window moves).  A row fits on its ``top`` largest peaks, or on as many as it
-        has (at least MIN_FIT); a row with fewer is not judged."""
+        has (at least MIN_FIT).  A row with fewer is not judged until its first fit; after
+        that it keeps its last one.  Its peaks age out when it has been calm for the days
+        kept (at long ticks a fortnight holds a few dozen incidents): calm is no evidence
+        of a heavier tail, and un-judging it would leave the surface without a spike rule
+        for as long as it takes to collect MIN_FIT new incidents, weeks at an hourly tick."""
         if rows is None:
             rows = np.arange(len(self.u0))
         if not rows.size:
@@ -321,9 +326,10 @@ class TailBank:
         xi, sigma = self._tail_shape(m, count)
         span = np.maximum(np.minimum(self.age[rows], self._held_seconds()), 1.0)
         z = gpd_level(u, xi, sigma, top / span, self.rate_t[rows])
-        z = np.where(fit, z, np.inf)
-        self.z[rows] = z
-        self.xi[rows], self.sigma[rows] = xi, sigma
+        # A row with too few peaks keeps its last fit (+inf if it never had one): see refit.
+        fitted = rows[fit]
+        self.z[fitted] = z[fit]
+        self.xi[fitted], self.sigma[fitted] = xi[fit], sigma[fit]
 
     @staticmethod
     def _tail_shape(m: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
