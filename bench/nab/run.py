@@ -69,7 +69,9 @@ def code_fingerprint() -> str:
     h = hashlib.sha256()
     for item in MEASURED:
         path = REPO / item
-        for f in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+        # The native passes are behaviour too (their sources, not the built library).
+        files = path.rglob("*") if path.is_dir() else [path]
+        for f in sorted(f for f in files if f.suffix in (".py", ".c", ".h")):
             h.update(f.relative_to(REPO).as_posix().encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:12]
 
