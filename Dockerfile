@@ -1,8 +1,9 @@
 # syntax=docker/dockerfile:1
 # The capalarm image: a build stage compiles the package with its C parts (the kernel scanner,
 # alarm/collectors/kernel/_fastscan.c, the detector's loops and whole tick, alarm/detector/
-# _fused.c and _whole_tick.c, and the reader of write-event lines, alarm/_eventscan.c), the
-# runtime stage is slim and runs as a non-root user.
+# _fused.c and _whole_tick.c, the reader of write-event lines, alarm/_eventscan.c, and the
+# /metrics series writer, exporters/_textformat.c), the runtime stage is slim and runs as a
+# non-root user.
 #
 #   docker build -t capalarm:0.1.0 .
 #
@@ -24,7 +25,7 @@ COPY exporters ./exporters
 RUN python -m venv /opt/capalarm \
  && /opt/capalarm/bin/pip install --no-cache-dir . \
  && /opt/capalarm/bin/python -c \
-      "import alarm.collectors.kernel._fastscan, alarm.detector._fused, alarm._eventscan"
+      "import alarm.collectors.kernel._fastscan, alarm.detector._fused, alarm._eventscan, exporters._textformat"
 
 FROM ${PYTHON_IMAGE}
 # journalctl: `type: auto` sources read the host journal where /dev/kmsg cannot be opened

@@ -1,8 +1,9 @@
 """The optional native parts; everything else is in pyproject.toml.
 
 ``optional=True``: where no C compiler is available the install still succeeds, and
-alarm.collectors.kernel.fastscan, alarm.detector.fused and the backtest's reader of write
-events (alarm/backtest.py) use their pure-Python paths (same results, slower)."""
+alarm.collectors.kernel.fastscan, alarm.detector.fused, the backtest's reader of write
+events (alarm/backtest.py) and the /metrics writer (exporters/textformat.py) use their
+pure-Python paths (same results, slower)."""
 
 from setuptools import Extension, setup
 
@@ -17,6 +18,12 @@ setup(
         Extension(
             "alarm._eventscan",
             ["alarm/_eventscan.c"],
+            extra_compile_args=["-O2", "-fno-fast-math"],
+            optional=True,
+        ),
+        Extension(
+            "exporters._textformat",
+            ["exporters/_textformat.c"],
             extra_compile_args=["-O2", "-fno-fast-math"],
             optional=True,
         ),

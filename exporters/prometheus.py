@@ -392,11 +392,9 @@ class _Collector:
         return self._families
 
 
-def render(
-    snap: Snapshot, notifiers: Sequence[NotifierView], accept: str | None
-) -> tuple[bytes, str]:
-    """Returns (body, content type).  CPU work: call it off the event loop."""
-    families: list[Metric | Columns] = [
+def all_families(snap: Snapshot, notifiers: Sequence[NotifierView]) -> list[Metric | Columns]:
+    """Every family of a scrape, in the order they are written."""
+    return [
         *service_families(snap),
         *surface_families(snap),
         *spike_families(snap),
@@ -408,6 +406,13 @@ def render(
         *canary_families(snap),
         *ProcessCollector(registry=None).collect(),
     ]
+
+
+def render(
+    snap: Snapshot, notifiers: Sequence[NotifierView], accept: str | None
+) -> tuple[bytes, str]:
+    """Returns (body, content type).  CPU work: call it off the event loop."""
+    families = all_families(snap, notifiers)
     if accept and "application/openmetrics-text" in accept:
         metrics = [f.metric() if isinstance(f, Columns) else f for f in families]
         registry = CollectorRegistry(auto_describe=False)
@@ -419,4 +424,4 @@ def render(
     return render_text(families), exposition.CONTENT_TYPE_LATEST
 
 
-__all__: list[Any] = ["NotifierView", "render"]
+__all__: list[Any] = ["NotifierView", "all_families", "render"]

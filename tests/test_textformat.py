@@ -5,13 +5,16 @@ byte, hostile names and every kind of value included."""
 from __future__ import annotations
 
 import math
+import os
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, exposition
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from test_status_page import crafted_snapshot
 
+from exporters import textformat
 from exporters.prometheus import (
     alert_families,
     budget_families,
@@ -72,13 +75,27 @@ def families(draw: st.DrawFn) -> list:
     return [*out, g, c, info]
 
 
+def test_the_native_series_writer_is_built_in_ci():
+    # In CI the extension must be built and agree with prometheus_client: a missing
+    # compiler or a formatting change there fails, it never falls back silently.
+    if os.environ.get("CI") or textformat.native_module is not None:
+        assert textformat.native_series() is not None, textformat.code_path()
+    else:
+        pytest.skip("exporters._textformat not built here: no C compiler at install time")
+
+
+PATHS = pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
+
+
+@PATHS
 @settings(max_examples=300, deadline=None)
 @given(fams=families())
-def test_the_fast_writer_agrees_with_prometheus_client_byte_for_byte(fams):
-    assert render_text(fams) == reference(fams)
+def test_the_fast_writer_agrees_with_prometheus_client_byte_for_byte(native, fams):
+    assert render_text(fams, native=native) == reference(fams)
 
 
-def test_a_snapshot_with_hostile_names_renders_as_prometheus_client_renders_it():
+@PATHS
+def test_a_snapshot_with_hostile_names_renders_as_prometheus_client_renders_it(native):
     snap = crafted_snapshot()
     fams = [
         *surface_families(snap),
@@ -87,7 +104,7 @@ def test_a_snapshot_with_hostile_names_renders_as_prometheus_client_renders_it()
         *alert_families(snap),
         *source_families(snap),
     ]
-    body = render_text(fams)
+    body = render_text(fams, native=native)
     assert body == reference(fams)
     assert b'surface="paste-board"' in body and b"capalarm_surface_written_bytes_total{" in body
 
@@ -98,3 +115,18 @@ def test_openmetrics_is_still_written_when_asked_for():
     assert (
         body.endswith(b"# EOF\n") and b'capalarm_surface_written_bytes_total{kind="egress"' in body
     )
+
+
+def test_the_native_writer_steps_aside_when_prometheus_client_formats_otherwise(monkeypatch):
+    # prometheus_client has changed how it writes large values (Go's exponent form) before:
+    # where the installed one disagrees with the native formatting, Python writes the lines.
+    if textformat.native_module is None:
+        pytest.skip("exporters._textformat not built here: no C compiler at install time")
+
+    def older(d: float) -> str:  # prometheus_client < 0.20 wrote 1234567.0 as 1.234567e+06
+        s = repr(float(d))
+        return "1.234567e+06" if d == 1234567.0 else s
+
+    monkeypatch.setattr(textformat, "floatToGoString", older)
+    assert textformat.native_series() is None
+    assert "python" in textformat.code_path()
