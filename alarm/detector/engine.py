@@ -377,20 +377,17 @@ class Detector:
         )
         self._tick_seconds = tick
         self._spike_columns = None
-        if done is None:
-            self.duty.record_steady(duty_last + 1)
-            return []
-        if isinstance(done, tuple):
-            self.duty.record_steady(duty_last + 1)
+        if isinstance(done, int):  # 0: not an ordinary tick, nothing done yet
+            return self._evaluate_phases(now, tick, nbytes, events, contributors, capacity)
+        self.duty.record_steady(duty_last + 1)
+        if isinstance(done, tuple):  # tails to refit
             self._refit_tails(*done)
-            return []
-        if isinstance(done, list):
-            self.duty.record_steady(duty_last + 1)
+        elif isinstance(done, list):  # alert changes: built here, then the tick finished
             self._set_level_slots(now - tick)
             changes = self._whole_changes(done, now, contributors)
             self._refit_tails(*native.finish(tick, spike_tail.block, swarm_tail.block))
             return changes
-        return self._evaluate_phases(now, tick, nbytes, events, contributors, capacity)
+        return []
 
     def _evaluate_phases(
         self,
