@@ -18,7 +18,6 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urljoin
@@ -36,36 +35,6 @@ from tests.registries.harness import Recorder, collector, poll, running
 from tests.registries.stale_proxy import StaleProxy
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def pypiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
-    with servers.pypiserver(tmp_path_factory.mktemp("pypiserver")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def devpi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
-    with servers.devpi(tmp_path_factory.mktemp("devpi")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def verdaccio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
-    with servers.verdaccio(tmp_path_factory.mktemp("verdaccio")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
-    with servers.docker_registry(tmp_path_factory.mktemp("registry")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def wiki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
-    with servers.mediawiki(tmp_path_factory.mktemp("wiki")) as server:
-        yield server
 
 
 def secret_file(tmp_path: Path, secret: str) -> dict[str, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
 
 import pytest
 
@@ -14,12 +13,6 @@ from tests.registries.clients import wiki_edit
 from tests.registries.harness import Recorder, collector, poll
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def wiki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
-    with servers.mediawiki(tmp_path_factory.mktemp("wiki")) as server:
-        yield server
 
 
 def wiki_upload(wiki: servers.Server, name: str, data: bytes) -> None:

@@ -5,7 +5,6 @@ feed against a local stand-in that follows CouchDB's "/{db}/_changes" reference.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +17,6 @@ from tests.registries.clients import npm_publish
 from tests.registries.harness import Recorder, collector, poll
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def verdaccio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
-    with servers.verdaccio(tmp_path_factory.mktemp("verdaccio")) as server:
-        yield server
 
 
 async def test_scoped_packages_counted_by_tarball_size_first_poll_silent(

@@ -3,8 +3,6 @@ over the v2 API (blob uploads, then the manifest)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from tests.registries import servers
@@ -12,12 +10,6 @@ from tests.registries.clients import push_image
 from tests.registries.harness import Recorder, collector, poll
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
-    with servers.docker_registry(tmp_path_factory.mktemp("registry")) as server:
-        yield server
 
 
 async def test_pushed_tags_counted_by_manifest_sizes_and_a_repushed_tag_counts_again(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,18 +16,6 @@ from tests.registries.clients import make_wheel, twine_upload
 from tests.registries.harness import Recorder, collector, poll
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def pypiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
-    with servers.pypiserver(tmp_path_factory.mktemp("pypiserver")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def devpi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
-    with servers.devpi(tmp_path_factory.mktemp("devpi")) as server:
-        yield server
 
 
 def upload(server: servers.Server, tmp_path: Path, name: str, version: str, payload: int) -> Path:

@@ -17,7 +17,6 @@ import datetime
 import hashlib
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +35,6 @@ pytestmark = pytest.mark.slow
 SOURCE = "internal-pypi"
 # A budget the test trips at once: one small wheel is over 8,000 bits of tolerance.
 TRIPWIRE = {"allowance_bits_per_second": 100, "tolerance_bits": 8000, "horizons": []}
-
-
-@pytest.fixture(scope="module")
-def pypiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
-    with servers.pypiserver(tmp_path_factory.mktemp("pypiserver")) as server:
-        yield server
 
 
 def registry_config(tmp_path: Path, url: str, prefix: str, **source: Any) -> dict:
