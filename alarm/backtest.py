@@ -14,6 +14,7 @@ of the input.  Kernel logs go through the fence scanner (native where built); wr
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import math
@@ -443,12 +444,23 @@ def main_backtest(
         return 2
     try:
         summary = run_backtest(config, inputs, out, workers)
+        out.flush()
     except BacktestInputError as exc:
         print(f"capalarm: backtest: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a full disk, a closed pipe (`| head`), an input gone bad
+        if exc.filename is None:  # the writes carry no file name, opening an input does
+            where = "standard output" if out is sys.stdout else output
+            print(f"capalarm: backtest: cannot write {where}: {exc.strerror}", file=sys.stderr)
+            if out is sys.stdout:  # or the interpreter's last flush reports it again
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        else:
+            print(f"capalarm: backtest: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 1
     finally:
         if out is not sys.stdout:
-            out.close()
+            with contextlib.suppress(OSError):  # what failed to write was reported above
+                out.close()
     report = summary.to_dict()
     print(json.dumps({"backtest": report}), file=sys.stderr)
     if summary.undeclared_surfaces:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import sys
 from typing import Any, NoReturn
 
@@ -48,6 +49,39 @@ def _listen(value: str) -> str:
         raise argparse.ArgumentTypeError(
             f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:9733)"
         ) from None
+
+
+# More worker processes than this is a typo, not a machine: each is a process, and the pool
+# starts them all.
+MAX_WORKERS = 256
+# The demo runs at most a day: "inf" would be a run that never ends.
+MAX_DEMO_SECONDS = 86400.0
+
+
+def _workers(value: str) -> int:
+    """--workers: 1 to MAX_WORKERS processes."""
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a number of processes (1-{MAX_WORKERS})"
+        )
+    return n
+
+
+def _duration(value: str) -> float:
+    """--duration: seconds, more than 0 and at most MAX_DEMO_SECONDS (nan and inf refused)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= MAX_DEMO_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a duration in seconds (more than 0, at most {MAX_DEMO_SECONDS:g})"
+        )
+    return seconds
 
 
 def _web_config(path: str | None) -> Any:
@@ -167,7 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(func=cmd_check_config)
 
     demo = sub.add_parser("demo", help="self-contained demo: generated fence traffic with a spike")
-    demo.add_argument("--duration", type=float, default=60.0, help="seconds to run (default 60)")
+    demo.add_argument(
+        "--duration", type=_duration, default=60.0, help="seconds to run (default 60)"
+    )
     demo.add_argument(
         "--listen",
         type=_listen,
@@ -181,7 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bt.add_argument("--config", required=True)
     bt.add_argument("--output", "-o", help="JSON lines file (default: stdout)")
-    bt.add_argument("--workers", type=int, help="worker processes (default: CPU count)")
+    bt.add_argument(
+        "--workers", type=_workers, help=f"worker processes, 1-{MAX_WORKERS} (default: CPU count)"
+    )
     bt.add_argument(
         "inputs",
         nargs="+",

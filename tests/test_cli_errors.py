@@ -110,6 +110,61 @@ def test_backtest_of_a_missing_or_unknown_file_is_exit_2_naming_it(tmp_path):
     assert res.returncode == 2 and str(odd) in one_line(res) and "format" in res.stderr
 
 
+@pytest.mark.parametrize("workers", ["0", "-3", "100000", "many"])
+def test_backtest_workers_out_of_range_are_exit_2_naming_the_option(tmp_path, workers):
+    # -3 was a traceback; 100000 tried to start that many processes and hung.
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("tick: 10s\n")
+    events = tmp_path / "e.jsonl"
+    events.write_text('{"ts": 1, "surface": "s", "bytes": 5}\n')
+    res = capalarm("backtest", "--config", str(cfg), "--workers", workers, str(events), timeout=30)
+    assert res.returncode == 2 and "--workers" in one_line(res)
+
+
+@pytest.mark.parametrize("duration", ["inf", "nan", "-5", "0"])
+def test_a_demo_duration_that_never_ends_or_never_starts_is_exit_2(duration):
+    res = capalarm("demo", "--duration", duration, timeout=30)
+    assert res.returncode == 2 and "--duration" in one_line(res)
+
+
+def _alerting_backtest(tmp_path: Path) -> tuple[Path, Path]:
+    """A backtest writing a few hundred kB of alerts: more than a pipe holds unread."""
+    budget = "budget: {allowance_bits_per_second: 1, tolerance_bits: 10}"
+    surfaces = ", ".join(f"{{name: s{i}, kind: egress, {budget}}}" for i in range(300))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"tick: 10s\nsurfaces: [{surfaces}]\n")
+    events = tmp_path / "e.jsonl"
+    events.write_text(
+        "".join(f'{{"ts": {i * 10}, "surface": "s{i}", "bytes": 5000000}}\n' for i in range(300))
+    )
+    return cfg, events
+
+
+def test_backtest_output_that_cannot_be_written_is_exit_1_naming_it(tmp_path):
+    cfg, events = _alerting_backtest(tmp_path)
+    res = capalarm("backtest", "--config", str(cfg), "-o", "/dev/full", str(events))
+    assert res.returncode == 1
+    assert one_line(res) == "capalarm: backtest: cannot write /dev/full: No space left on device"
+
+
+def test_backtest_into_a_pipe_its_reader_closed_is_one_line(tmp_path):
+    cfg, events = _alerting_backtest(tmp_path)
+    with subprocess.Popen(
+        [*CLI, "backtest", "--config", str(cfg), str(events)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.readline()
+        proc.stdout.close()  # `| head -1`
+        stderr = proc.stderr.read()
+        code = proc.wait(timeout=60)
+    lines = [line for line in stderr.splitlines() if "capalarm: backtest:" in line]
+    assert "Traceback" not in stderr, stderr
+    assert code == 1 and lines == ["capalarm: backtest: cannot write standard output: Broken pipe"]
+
+
 SHARED = Path(__file__).resolve().parents[2] / "shared/data/kernel-fence"
 
 
