@@ -82,6 +82,9 @@ def problems_of(exc: ValidationError, tags: frozenset[str] = frozenset()) -> lis
             field = str(ctx.get("discriminator", "type")).strip("'()")
             where = f"{where}.{field}"
             msg = f"unknown {field} {ctx.get('tag')!r} (known: {ctx.get('expected_tags')})"
+        elif err["type"] == "union_tag_not_found":  # the key that picks the model is missing
+            field = str(err.get("ctx", {}).get("discriminator", "type")).strip("'()")
+            where, msg = f"{where}.{field}", "Field required"
         if where == "(top level)" and _KEYED.match(msg):
             problems.append(msg)  # a whole-config check that names its own key
         else:

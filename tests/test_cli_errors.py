@@ -216,6 +216,8 @@ def test_write_events_take_their_kind_from_the_declared_surface_and_strays_are_r
         ("surfaces: [{name: s, kind: fs, match: {dst: [10.0.0.0/8]}}]", "surfaces[0].match.dst"),
         ("surfaces: [{name: s, kind: fs, match: {source: [kernel]}}]", "surfaces[0].match.source"),
         ("event_time: {lateness: soon}", "event_time.lateness"),
+        # a registry source without the key that says which API it polls
+        ("sources: [{type: registry, name: r, url: 'http://127.0.0.1:1/'}]", "sources[0].api"),
     ],
 )
 def test_bad_config_is_exit_2_naming_the_key(tmp_path, body, key):
