@@ -4,9 +4,9 @@ changes anything.
 
 With a web config (exporters/webconfig.py, ``--web.config.file``) every request passes its
 rate limit and basic auth, responses carry its headers, and the listener speaks TLS with its
-certificate.  The server owns its listening socket: when a new TLS setting is applied, a
-listener with the new context starts on a duplicate of the same socket before the old one
-stops, so no connection is refused in between and open connections finish on the old one.
+certificate.  A new TLS setting applies from the next connection on the same listening
+socket (exporters/listener.py): no connection is refused or dropped in between, and open
+connections finish with the setting they started with.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import contextlib
 import logging
 import math
 import socket
-import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -27,6 +26,7 @@ from aiohttp import web
 from alarm.history import HistoryRequest
 from alarm.sanitize import sanitize
 from alarm.snapshot import CanaryView, HistoryWindow, Snapshot
+from exporters.listener import Listener
 from exporters.prometheus import NotifierView, render
 from exporters.statuspage import PAGE_SURFACES, STATE_NAMES, render_page
 from exporters.webconfig import WebConfig, WebConfigWatcher
@@ -197,8 +197,7 @@ class HttpServer:
             ]
         )
         self._runner: web.AppRunner | None = None
-        self._site: web.SockSite | None = None
-        self._sock: socket.socket | None = None
+        self._listener: Listener | None = None
         self._watch: asyncio.Task[None] | None = None
         self.port: int | None = None
 
@@ -212,31 +211,25 @@ class HttpServer:
         """Listen on host:port (0: any free port); returns the port.  OSError when the
         address cannot be bound."""
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._sock = socket.create_server((host, port), family=family, backlog=128)
-        self._sock.setblocking(False)
-        self.port = self._sock.getsockname()[1]
+        sock = socket.create_server((host, port), family=family, backlog=128)
+        sock.setblocking(False)
+        self.port = sock.getsockname()[1]
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
+        assert self._runner.server is not None
         ctx = self.web.config.ssl_context if self.web is not None else None
-        self._site = await self._listen(ctx)
+        self._listener = Listener(self._runner.server, ctx)
+        await self._listener.start(sock)
         if self.web is not None:
             self._watch = asyncio.create_task(self.web.run(self._apply))
         return self.port
 
-    async def _listen(self, ctx: ssl.SSLContext | None) -> web.SockSite:
-        assert self._runner is not None and self._sock is not None
-        site = web.SockSite(self._runner, self._sock.dup(), ssl_context=ctx)
-        await site.start()
-        return site
-
     async def _apply(self, new: WebConfig) -> None:
-        """A reloaded web config: a new TLS setting gets a new listener (users, headers and
-        the rate limit are read per request)."""
-        if self._site is None or new.tls_key == self._tls_key:
+        """A reloaded web config: a new TLS setting applies from the next connection (users,
+        headers and the rate limit are read per request)."""
+        if self._listener is None or new.tls_key == self._tls_key:
             return
-        old = self._site
-        self._site = await self._listen(new.ssl_context)
-        await old.stop()
+        self._listener.context = new.ssl_context
         self._tls_key = new.tls_key
         log.info("listener now serves %s", self.scheme)
 
@@ -245,10 +238,10 @@ class HttpServer:
             self._watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch
+        if self._listener is not None:
+            self._listener.close()
         if self._runner is not None:
             await self._runner.cleanup()
-        if self._sock is not None:
-            self._sock.close()
 
     # -- every request -----------------------------------------------------------------
     @web.middleware
