@@ -39,6 +39,7 @@ from alarm.settings import (
     parse_duration,
     problems_of,
 )
+from alarm.yamltext import load_yaml
 
 __all__ = ["UNCLASSIFIED", "ConfigError", "parse_duration"]
 
@@ -489,8 +490,8 @@ def load_config(path: str | Path | None) -> Config:
             raise ConfigError([f"(file): {path} is not UTF-8 text"]) from None
         source = str(path)
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
-        first = str(exc).replace("\n", " ")
+        first = " ".join(str(exc).split())
         raise ConfigError([f"(yaml): {source} is not valid YAML: {first}"]) from None
     return config_from_dict(data)

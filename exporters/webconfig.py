@@ -56,6 +56,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator
 
 from alarm.settings import Duration, Strict, problems_of
+from alarm.yamltext import load_yaml
 
 log = logging.getLogger("capalarm.web")
 
@@ -366,9 +367,9 @@ def load_web_config(path: str) -> WebConfig:
     except UnicodeDecodeError:
         raise WebConfigError(path, [f"(file): {path} is not UTF-8 text"]) from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
-        first = str(exc).replace("\n", " ")
+        first = " ".join(str(exc).split())
         raise WebConfigError(path, [f"(yaml): not valid YAML: {first}"]) from None
     if data is None:
         data = {}

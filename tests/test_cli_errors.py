@@ -218,6 +218,9 @@ def test_write_events_take_their_kind_from_the_declared_surface_and_strays_are_r
         ("event_time: {lateness: soon}", "event_time.lateness"),
         # a registry source without the key that says which API it polls
         ("sources: [{type: registry, name: r, url: 'http://127.0.0.1:1/'}]", "sources[0].api"),
+        # a key given twice, the first forgotten: PyYAML alone would keep the last silently
+        ("tick: 10s\nsurfaces: [{name: s, kind: fs}]\ntick: 1h", "key 'tick' given twice"),
+        ("surfaces: [{name: s, kind: fs, name: t}]", "key 'name' given twice"),
     ],
 )
 def test_bad_config_is_exit_2_naming_the_key(tmp_path, body, key):
