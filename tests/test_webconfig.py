@@ -473,7 +473,7 @@ def _get_over(port: int, ctx: ssl.SSLContext | None) -> tuple[str | None, bytes]
 async def test_changing_the_certificate_under_load_drops_no_connection(pki):
     """The listener takes a new TLS context while clients keep connecting: every
     connection is answered, with the context current when it was accepted.  (The listener
-    swap this replaced lost about one connection in a hundred here.)"""
+    swap this replaced lost one to two connections in a hundred here.)"""
     from aiohttp import web
 
     from exporters.listener import Listener
