@@ -178,6 +178,9 @@ async def chromium(tmp_path: Path) -> AsyncIterator[Browser]:
         "about:blank",
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
+        # Its singleton socket directory goes to TMPDIR, and stays when it is stopped by a
+        # signal: under the test's own tmp_path, not one more /tmp/org.chromium.* per run.
+        env={**os.environ, "TMPDIR": str(tmp_path)},
     )
     assert proc.stderr is not None
     drain: asyncio.Task[None] | None = None
