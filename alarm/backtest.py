@@ -36,6 +36,7 @@ from alarm.collectors.kernel.fence import flow_events
 from alarm.collectors.kernel.formats import detect_format
 from alarm.config import Config
 from alarm.events import NAMED, Batch, KeyedSubjects, WriteEvents
+from alarm.jsontext import loads_json
 from alarm.pipeline import Pipeline
 from alarm.settings import SURFACE_KINDS
 
@@ -191,7 +192,7 @@ def _parse_events_slowly(
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = loads_json(line)
             ts = float(obj["ts"])
             surface = str(obj["surface"])
             nbytes = int(obj.get("bytes", 0))

@@ -1,5 +1,5 @@
-"""YAML as the config files are read: safe types only, and a key given twice in one mapping
-is an error naming the key and both lines.
+"""YAML as the config files are read: safe types only, a key given twice in one mapping is an
+error naming the key and both lines, and so is nesting too deep to read.
 
 PyYAML keeps the last of two equal keys without a word, so ``tick: 10s`` above a forgotten
 ``tick: 1h`` silently runs hourly.  Prometheus and the exporter-toolkit read their files
@@ -38,5 +38,9 @@ class _StrictLoader(yaml.SafeLoader):
 
 
 def load_yaml(text: str) -> Any:
-    """``text``'s YAML document; yaml.YAMLError when it is not YAML or repeats a key."""
-    return yaml.load(text, Loader=_StrictLoader)
+    """``text``'s YAML document; yaml.YAMLError when it is not YAML, repeats a key or nests
+    deeper than the parser's recursion can follow (PyYAML raises RecursionError there)."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)
+    except RecursionError:
+        raise yaml.YAMLError("nested too deeply to read") from None

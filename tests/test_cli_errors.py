@@ -188,6 +188,23 @@ def test_backtest_writes_a_forged_records_alert_like_the_services(tmp_path):
     assert forged[0]["source"] == "kernel" and forged[0]["value"] == 1.0
 
 
+def test_a_write_event_nested_too_deep_to_decode_is_one_parse_error(tmp_path):
+    """json.loads raises RecursionError on it: one malformed line, counted, the rest read,
+    whether it comes before or after a good line."""
+    good = '{"ts": 1780000000, "surface": "cache", "bytes": 300}\n'
+    deep = '{"ts": 1780000005, "surface": ' + "[" * 100_000 + "}\n"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("tick: 10s\nsurfaces: [{name: cache, kind: fs}]\n")
+    events = tmp_path / "events.jsonl"
+    for text in (good + deep, deep + good):
+        events.write_text(text)
+        out = str(tmp_path / "o.jsonl")
+        res = capalarm("backtest", "--config", str(cfg), "-o", out, str(events))
+        assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+        summary = json.loads(res.stderr.splitlines()[0])["backtest"]
+        assert summary["parse_errors"] == 1 and summary["surface_bytes"]["fs/cache"] == 300
+
+
 def test_write_events_take_their_kind_from_the_declared_surface_and_strays_are_reported(
     tmp_path,
 ):
@@ -221,6 +238,8 @@ def test_write_events_take_their_kind_from_the_declared_surface_and_strays_are_r
         # a key given twice, the first forgotten: PyYAML alone would keep the last silently
         ("tick: 10s\nsurfaces: [{name: s, kind: fs}]\ntick: 1h", "key 'tick' given twice"),
         ("surfaces: [{name: s, kind: fs, name: t}]", "key 'name' given twice"),
+        # nested past the YAML parser's recursion (RecursionError inside PyYAML)
+        pytest.param("surfaces: " + "[" * 20_000, "(yaml)", id="nested-too-deep"),
     ],
 )
 def test_bad_config_is_exit_2_naming_the_key(tmp_path, body, key):

@@ -43,6 +43,8 @@ def board_app(state: dict[str, Any]) -> web.Application:
             await asyncio.sleep(3600)
         if fault == "garbage":
             return web.Response(text='{"posts": [{"id": 1,', content_type="application/json")
+        if fault == "nested":  # deeper than json.loads can recurse: RecursionError, not ValueError
+            return web.Response(text="[" * 100_000, content_type="application/json")
         if fault == "drip":
             resp = web.StreamResponse(headers={"Content-Type": "application/json"})
             await resp.prepare(request)
@@ -124,8 +126,9 @@ async def test_hang_and_slow_drip_are_cut_off_by_the_timeout() -> None:
         assert rec.counts()["timeouts"] == 2 and "timed out" in source.health.last_error
 
 
-async def test_garbage_json_is_a_counted_failed_poll() -> None:
-    state = board(posts=[post(1)], faults=["garbage"])
+@pytest.mark.parametrize("fault", ["garbage", "nested"])
+async def test_garbage_json_is_a_counted_failed_poll(fault: str) -> None:
+    state = board(posts=[post(1)], faults=[fault])
     async with serve(board_app(state)) as site:
         rec = Recorder()
         source = collector(rec, **BOARD, url=f"{site.base}/posts")

@@ -19,7 +19,6 @@ Everything is top level and returns plain tuples, so worker processes can run it
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 import time
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from alarm.collectors.kernel.netfilter import (
     canonical_ip,
     parse_fence,
 )
+from alarm.jsontext import loads_json
 
 try:  # the native one-pass scanner (alarm/collectors/kernel/_fastscan.c), built by pip where a compiler is
     from alarm.collectors.kernel import _fastscan as _native
@@ -430,7 +430,7 @@ def _scan_journal(text: str, prefixes: tuple[str, ...], lines: int) -> ScanResul
         if not line.strip():
             continue
         try:
-            rec = parse_journal_json(json.loads(line))
+            rec = parse_journal_json(loads_json(line))
         except (ValueError, TypeError):
             result.parse_errors += 1
             continue

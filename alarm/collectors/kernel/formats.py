@@ -10,7 +10,6 @@ Header problems raise ``ValueError``: the collector counts them as parse errors.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -18,6 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from alarm.collectors.kernel.records import KernelRecord
+from alarm.jsontext import loads_json
 
 FORMATS = ("kmsg", "dmesg", "syslog", "journal-json", "events-jsonl")
 
@@ -189,7 +189,7 @@ def _line_format(line: str) -> str | None:
         return "syslog"
     if line.startswith("{"):
         try:
-            obj = json.loads(line)
+            obj = loads_json(line)
         except ValueError:
             return None
         if not isinstance(obj, dict):

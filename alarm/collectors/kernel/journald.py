@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import re
 import shutil
 import time
@@ -37,6 +36,7 @@ from alarm.collectors.kernel.fence import FenceRead, FenceReader, KernelSettings
 from alarm.collectors.kernel.formats import parse_journal_json
 from alarm.collectors.kernel.records import KernelRecord
 from alarm.events import Batch, Emit, SourceHealth
+from alarm.jsontext import loads_json
 
 # SD_MESSAGE_JOURNAL_MISSED: "Missed N kernel messages" (journald-kmsg.c).
 MISSED_ID = "e9bf28e6e834481bb6f48f548ad13606"
@@ -61,7 +61,7 @@ def parse_journal_chunk(data: bytes) -> JournalChunk:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = loads_json(line)
             if not isinstance(obj, dict):
                 raise ValueError("not an object")
             cursor = obj.get("__CURSOR")

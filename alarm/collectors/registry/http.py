@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import json
 import random
 import ssl
 import time
@@ -53,6 +52,7 @@ from alarm.collectors.registry.token_auth import (
     scope_of,
     token_of,
 )
+from alarm.jsontext import loads_json
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -139,7 +139,7 @@ class Reply:
     def json(self) -> Any:
         """The body as JSON; anything else is a :class:`PollError` (garbage)."""
         try:
-            return json.loads(self.body)
+            return loads_json(self.body)
         except (ValueError, UnicodeDecodeError) as exc:
             raise GarbageResponse(f"{safe_url(self.url)}: not JSON ({exc})") from None
 
