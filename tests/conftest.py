@@ -3,38 +3,30 @@ each per test module that asks for it: a module's tests share its server, module
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
 
 import pytest
 
 from tests.registries import servers
 
-
-@pytest.fixture(scope="module")
-def pypiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
-    with servers.pypiserver(tmp_path_factory.mktemp("pypiserver")) as server:
-        yield server
+Start = Callable[[Path], AbstractContextManager[servers.Server]]
 
 
-@pytest.fixture(scope="module")
-def devpi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
-    with servers.devpi(tmp_path_factory.mktemp("devpi")) as server:
-        yield server
+def _served(start: Start, name: str) -> Callable[..., Iterator[servers.Server]]:
+    """A module-scoped fixture running ``start`` in a directory of its own."""
+
+    @pytest.fixture(scope="module", name=name)
+    def fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
+        with start(tmp_path_factory.mktemp(name)) as server:
+            yield server
+
+    return fixture
 
 
-@pytest.fixture(scope="module")
-def verdaccio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
-    with servers.verdaccio(tmp_path_factory.mktemp("verdaccio")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
-    with servers.docker_registry(tmp_path_factory.mktemp("registry")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def wiki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
-    with servers.mediawiki(tmp_path_factory.mktemp("wiki")) as server:
-        yield server
+pypiserver = _served(servers.pypiserver, "pypiserver")
+devpi = _served(servers.devpi, "devpi")
+verdaccio = _served(servers.verdaccio, "verdaccio")
+registry = _served(servers.docker_registry, "registry")
+wiki = _served(servers.mediawiki, "wiki")
