@@ -738,7 +738,8 @@ static PyObject *tail_refit(PyObject *self, PyObject *args) {
     if (!ok) goto done;
     Py_DECREF(ok);
     for (Py_ssize_t k = 0; k < b; k++) {
-        const double x = 1.0 / (double)(top[k] > 1 ? top[k] : 1);
+        if (top[k] < min_fit) continue; /* not refitted: its em stays 0 */
+        const double x = xi[batch[k]];
         em[k] = (fabs(x) < 1e-6 ? 1.0 : x) * lg[k];
     }
     ok = PyObject_CallNoArgs(expm1_call);
