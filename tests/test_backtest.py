@@ -12,7 +12,7 @@ from pathlib import Path
 from alarm.backtest import run_backtest
 from alarm.config import config_from_dict
 
-SHARED = Path(__file__).resolve().parents[2] / "shared/data/kernel-fence"
+FENCE_DATA = Path(__file__).resolve().parent / "data/kernel-fence"
 
 
 def strict_json(line: str):
@@ -88,7 +88,7 @@ def test_quiet_replay_raises_nothing(tmp_path):
 
 def test_kmsg_dump_budget_and_forged(tmp_path):
     dump = tmp_path / "kmsg.txt"
-    text = (SHARED / "kmsg-records.txt").read_text()
+    text = (FENCE_DATA / "kmsg-records.txt").read_text()
     # A look-alike written from user space has facility 1 (PRI 12): never counted as traffic.
     text += "12,434400,455999999,-;EGRESS_FENCE IN= OUT=lo SRC=127.0.0.1 DST=127.0.0.1 LEN=9999 TOS=0x00 PREC=0x00 TTL=64 ID=1 DF PROTO=UDP SPT=1 DPT=2 LEN=9979\n"
     dump.write_text(text)
@@ -158,7 +158,7 @@ def test_cli_backtest_writes_json_lines(tmp_path):
 
 
 def test_journal_export_counts_kernel_records_and_rejects_user_writes(tmp_path):
-    line = (SHARED / "kmsg-records.txt").read_text().splitlines()[0].split(";", 1)[1]
+    line = (FENCE_DATA / "kmsg-records.txt").read_text().splitlines()[0].split(";", 1)[1]
     entry = {"__REALTIME_TIMESTAMP": "1780000000000000", "MESSAGE": line, "_TRANSPORT": "kernel"}
     journal = tmp_path / "journal.json"
     journal.write_text(

@@ -165,12 +165,12 @@ def test_backtest_into_a_pipe_its_reader_closed_is_one_line(tmp_path):
     assert code == 1 and lines == ["capalarm: backtest: cannot write standard output: Broken pipe"]
 
 
-SHARED = Path(__file__).resolve().parents[2] / "shared/data/kernel-fence"
+FENCE_DATA = Path(__file__).resolve().parent / "data/kernel-fence"
 
 
 def test_backtest_writes_a_forged_records_alert_like_the_services(tmp_path):
     dump = tmp_path / "kmsg.txt"
-    text = (SHARED / "kmsg-records.txt").read_text()
+    text = (FENCE_DATA / "kmsg-records.txt").read_text()
     # A look-alike written from user space has facility 1 (PRI 12).
     text += (
         "12,434400,455999999,-;EGRESS_FENCE IN= OUT=lo SRC=127.0.0.1 DST=127.0.0.1 LEN=9999 "

@@ -24,7 +24,7 @@ from alarm.collectors.kernel.fastscan import (
 from alarm.collectors.kernel.formats import parse_dmesg_line, parse_kmsg_record, parse_syslog_line
 from alarm.collectors.kernel.netfilter import FenceParseError, parse_fence
 
-DATA = Path(__file__).parents[2] / "shared/data/kernel-fence"
+DATA = Path(__file__).resolve().parent / "data/kernel-fence"
 PFX = ("EGRESS_FENCE",)
 YEAR = 2026
 

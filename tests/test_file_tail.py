@@ -384,7 +384,7 @@ async def test_binary_garbage_never_crashes(tmp_path: Path) -> None:
 
 async def test_real_syslog_parser(tmp_path: Path) -> None:
     kf = pytest.importorskip("alarm.collectors.kernel.formats")
-    data = Path(__file__).resolve().parents[2] / "shared/data/kernel-fence/dmesg-lines.txt"
+    data = Path(__file__).resolve().parent / "data/kernel-fence/dmesg-lines.txt"
     msgs = [m.split("] ", 1)[1].rstrip() for m in data.read_text().splitlines() if "] " in m]
     log = tmp_path / "kern.log"
     write(log, "Jul  1 12:00:00 host sshd[1]: Accepted publickey\n")

@@ -20,7 +20,7 @@ from alarm.collectors.kernel.formats import (
     parse_syslog_line,
 )
 
-DATA = Path(__file__).parents[2] / "shared/data/kernel-fence"
+DATA = Path(__file__).resolve().parent / "data/kernel-fence"
 KMSG = (DATA / "kmsg-records.txt").read_text().splitlines()
 DMESG = (DATA / "dmesg-lines.txt").read_text().splitlines()
 

@@ -1,9 +1,11 @@
-"""NAB scorer (bench/nab/scorer.py): NAB's rules on small cases, and the proof that it follows
-them — the published windowedGaussian scores reproduced from that detector's per-row scores."""
+"""NAB scorer (bench/nab/scorer.py): NAB's rules on small cases, and NAB's file formats read
+and scored — a hand-scored corpus in NAB's layout, written by the test (the real corpus, with
+the published windowedGaussian scores, is a bench input: bench/nab/run.py)."""
 
 from __future__ import annotations
 
 import csv
+import json
 import sys
 from pathlib import Path
 
@@ -11,7 +13,6 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-NAB = Path(__file__).resolve().parents[2] / "shared/data/nab"
 sys.path.insert(0, str(REPO))  # `bench` is not an installed package
 
 from bench.nab import scorer  # noqa: E402
@@ -28,12 +29,6 @@ from bench.nab.scorer import (  # noqa: E402
 )
 
 STANDARD = CostMatrix(tp=1.0, fp=0.11, fn=1.0)
-needs_nab = pytest.mark.skipif(not NAB.is_dir(), reason="needs ../shared/data/nab")
-
-
-@pytest.fixture(scope="module")
-def corpus() -> scorer.Benchmark:
-    return scorer.load_benchmark(NAB)
 
 
 # -- the rules on small cases -------------------------------------------------------------
@@ -110,45 +105,165 @@ def test_null_scores_0_and_perfect_scores_100():
         assert all(r.score == pytest.approx(expected) for r in result.values())
 
 
-# -- the published scores, reproduced ------------------------------------------------------
+# -- NAB's files, read and scored ---------------------------------------------------------
+# A corpus of three series in NAB's own layout and formats (data/<category>/<file>.csv,
+# labels/combined_windows.json, config/profiles.json, results/<detector>/..., the detector's
+# per-file score table and final_results.json), small enough to score by hand.  The full NAB
+# corpus is a bench input (bench/nab/run.py), not a test input.
+
+DETECTOR = "handDetector"
+STEP = 300  # seconds between rows
+START = np.datetime64("2014-07-01T00:00:00", "s")
+# name -> (rows, labelled windows as (first row, last row), rows the detector flags with 1.0)
+FILES: dict[str, tuple[int, tuple[tuple[int, int], ...], tuple[int, ...]]] = {
+    "synthVolume/one_window.csv": (1000, ((600, 699),), (600,)),  # on time: +tp
+    # a false positive before any window (-fp), one window on time (+tp), one missed (-fn)
+    "synthVolume/two_windows.csv": (1000, ((300, 340), (600, 699)), (200, 600)),
+    "synthFlat/no_anomaly.csv": (500, (), ()),  # nothing labelled, nothing flagged
+}
+PROFILE_COSTS = {
+    "standard": (1.0, 1.0, 0.11),
+    "reward_low_FP_rate": (1.0, 1.0, 0.22),
+    "reward_low_FN_rate": (1.0, 2.0, 0.11),
+}  # (tpWeight, fnWeight, fpWeight)
 
 
-@needs_nab
-def test_published_windowed_gaussian_scores_are_reproduced(corpus):
+def hand_raw(profile: str) -> float:
+    tp, fn, fp = PROFILE_COSTS[profile]
+    return tp + (-fp + tp - fn)  # one_window + two_windows; no_anomaly scores 0
+
+
+def hand_score(profile: str) -> float:
+    """100 * (raw - null) / (perfect - null) for three windows: the null detector's best
+    threshold detects nothing (-3 fn), a perfect one scores 3 tp."""
+    tp, fn, _ = PROFILE_COSTS[profile]
+    null, perfect = -3 * fn, 3 * tp
+    return 100.0 * (hand_raw(profile) - null) / (perfect - null)
+
+
+def _stamp(row: int, micro: bool = False) -> str:
+    text = str(START + np.timedelta64(row * STEP, "s")).replace("T", " ")
+    return text + ".000000" if micro else text
+
+
+def write_nab_corpus(root: Path) -> Path:
+    labels: dict[str, list[list[str]]] = {}
+    per_file = []
+    for name, (rows, windows, flagged) in FILES.items():
+        category, file = name.split("/")
+        values = [100 + (i % 7) for i in range(rows)]
+        data = root / "data" / category / file
+        data.parent.mkdir(parents=True, exist_ok=True)
+        with open(data, "w", newline="") as fh:
+            w = csv.writer(fh, lineterminator="\n")
+            w.writerow(["timestamp", "value"])
+            w.writerows([_stamp(i), v] for i, v in enumerate(values))
+        labels[name] = [[_stamp(a, micro=True), _stamp(b, micro=True)] for a, b in windows]
+        in_window = {i for a, b in windows for i in range(a, b + 1)}
+        res = root / "results" / DETECTOR / category / f"{DETECTOR}_{file}"
+        res.parent.mkdir(parents=True, exist_ok=True)
+        with open(res, "w", newline="") as fh:
+            w = csv.writer(fh, lineterminator="\n")
+            w.writerow(
+                ["timestamp", "value", "anomaly_score", "label"]
+                + [f"S(t)_{p}" for p in ("reward_low_FP_rate", "reward_low_FN_rate", "standard")]
+            )
+            for i, v in enumerate(values):
+                score = 1.0 if i in flagged else 0.0
+                w.writerow([_stamp(i), v, score, int(i in in_window), 0.0, 0.0, 0.0])
+        fp = sum(1 for i in flagged if i not in in_window)
+        tp_rows = len(flagged) - fp
+        score = {1: 1.0, 2: -0.11}.get(len(windows), 0.0)  # the standard profile, by hand
+        per_file.append(
+            [DETECTOR, "standard", name, 1.0, score, tp_rows, rows - len(in_window) - fp, fp,
+             len(in_window) - tp_rows, rows]
+        )  # fmt: skip
+    (root / "labels").mkdir()
+    (root / "labels/combined_windows.json").write_text(json.dumps(labels, indent=4))
+    (root / "config").mkdir()
+    (root / "config/profiles.json").write_text(
+        json.dumps(
+            {
+                p: {"CostMatrix": {"tpWeight": tp, "fnWeight": fn, "fpWeight": fp, "tnWeight": 1.0}}
+                for p, (tp, fn, fp) in PROFILE_COSTS.items()
+            }
+        )
+    )
+    (root / "results/final_results.json").write_text(
+        json.dumps({DETECTOR: {p: hand_score(p) for p in PROFILE_COSTS}}, indent=4)
+    )
+    with open(root / f"results/{DETECTOR}/{DETECTOR}_standard_scores.csv", "w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(["Detector", "Profile", "File", "Threshold", "Score", "TP", "TN", "FP", "FN",
+                    "Total_Count"])  # fmt: skip
+        w.writerows(per_file)
+        w.writerow(["Totals", "", "", "", hand_raw("standard"), 0, 0, 0, 0, 0])
+    return root
+
+
+@pytest.fixture
+def nab_root(tmp_path: Path) -> Path:
+    return write_nab_corpus(tmp_path / "nab")
+
+
+@pytest.fixture
+def corpus(nab_root: Path) -> scorer.Benchmark:
+    return scorer.load_benchmark(nab_root)
+
+
+def test_nab_files_load_with_windows_on_their_rows(nab_root, corpus):
+    assert scorer.corpus_names(nab_root) == list(FILES)
+    assert set(corpus.profiles) == set(scorer.PROFILES)
+    assert corpus.profiles["reward_low_FP_rate"] == CostMatrix(tp=1.0, fp=0.22, fn=1.0)
+    for name, (rows, windows, _) in FILES.items():
+        assert corpus.series[name].timestamps.size == rows
+        assert np.all(np.diff(corpus.series[name].timestamps) == STEP)
+        assert corpus.layouts[name].windows == windows, name
+        assert corpus.layouts[name].probation == scorer.probation_rows(rows)
+
+
+def test_published_scores_are_reproduced_from_the_result_files(nab_root, corpus):
     names = list(corpus.layouts)
-    assert len(names) == 58
-    scores = corpus.detector_scores("windowedGaussian", names)
+    scores = corpus.detector_scores(DETECTOR, names)
     ours = evaluate(corpus.layouts_for(names), scores, corpus.profiles)
-    published = scorer.load_published(NAB)["windowedGaussian"]
+    published = scorer.load_published(nab_root)[DETECTOR]
     assert set(ours) == set(scorer.PROFILES)
     for profile, result in ours.items():
-        assert abs(result.score - published[profile]) <= 0.5, (profile, result, published)
-        # The bar is 0.5 points; the rules are followed exactly, so the match is numerical.
-        assert result.score == pytest.approx(published[profile], abs=1e-6)
-        assert result.threshold == 1.0  # NAB's thresholds.json: 1.0 for all three profiles
-        assert result.null == -116.0 * corpus.profiles[profile].fn
+        assert result.score == pytest.approx(published[profile], abs=1e-9), profile
+        assert result.raw == pytest.approx(hand_raw(profile), abs=1e-9), profile
+        assert result.threshold == 1.0  # 0.0 flags every row: far worse
+        assert result.null == -3.0 * corpus.profiles[profile].fn
+        assert (result.windows_detected, result.windows, result.fp_rows) == (2, 3, 1)
 
 
-@needs_nab
-def test_per_file_scores_match_nabs_score_table(corpus):
-    path = NAB / "results/windowedGaussian/windowedGaussian_standard_scores.csv"
+def test_per_file_scores_match_the_score_table(nab_root, corpus):
+    path = nab_root / f"results/{DETECTOR}/{DETECTOR}_standard_scores.csv"
     with open(path, newline="") as fh:
         published = {r["File"]: r for r in csv.DictReader(fh) if r["Detector"] != "Totals"}
-    assert len(published) == 58
+    assert set(published) == set(FILES)
     for name, r in published.items():
-        sw = sweepable([corpus.layouts[name]], corpus.detector_scores("windowedGaussian", [name]))
+        sw = sweepable([corpus.layouts[name]], corpus.detector_scores(DETECTOR, [name]))
         got = score_at(sw, corpus.profiles["standard"], float(r["Threshold"]))
         assert got.raw == pytest.approx(float(r["Score"]), abs=1e-9), name
         assert got.fp_rows == int(r["FP"]), name
 
 
-@needs_nab
-def test_volume_subset_is_the_readmes_and_every_peer_has_results(corpus):
-    assert len(scorer.VOLUME_SUBSET) == 17
-    for det in ("ARTime", "numenta", "twitterADVec", "randomCutForest", "windowedGaussian"):
-        for name in scorer.VOLUME_SUBSET:
-            assert scorer.result_path(NAB, det, name).is_file(), (det, name)
-    assert sum(len(corpus.layouts[n].windows) for n in scorer.VOLUME_SUBSET) == 49
+def test_a_label_off_every_row_timestamp_names_the_file(nab_root):
+    labels = json.loads((nab_root / "labels/combined_windows.json").read_text())
+    labels["synthVolume/one_window.csv"][0][0] = "2014-07-03 02:01:00.000000"
+    (nab_root / "labels/combined_windows.json").write_text(json.dumps(labels))
+    with pytest.raises(ValueError, match=r"one_window\.csv: window limit"):
+        scorer.load_benchmark(nab_root)
+
+
+def test_result_files_are_found_where_nab_puts_them(nab_root):
+    assert scorer.result_path(nab_root, "numenta", "realTweets/Twitter_volume_AAPL.csv") == (
+        nab_root / "results/numenta/realTweets/numenta_Twitter_volume_AAPL.csv"
+    )
+    assert scorer.result_path(nab_root, DETECTOR, "synthVolume/one_window.csv").is_file()
+    # The volume subset: 17 distinct NAB names, each "<category>/<file>.csv".
+    assert len(set(scorer.VOLUME_SUBSET)) == 17
+    assert all(n.count("/") == 1 and n.endswith(".csv") for n in scorer.VOLUME_SUBSET)
 
 
 # -- capalarm's alerts become row scores ---------------------------------------------------

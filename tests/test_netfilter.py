@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from alarm.collectors.kernel.formats import parse_dmesg_line, parse_kmsg_record
 from alarm.collectors.kernel.netfilter import FenceParseError, FenceRecord, parse_fence
 
-DATA = Path(__file__).parents[2] / "shared/data/kernel-fence"
+DATA = Path(__file__).resolve().parent / "data/kernel-fence"
 PFX = ("EGRESS_FENCE",)
 
 
@@ -133,7 +133,7 @@ def test_fence_parse_error_is_a_value_error() -> None:
     assert issubclass(FenceParseError, ValueError)
 
 
-# Layouts nf_log_syslog.c prints that the shared records do not show.
+# Layouts nf_log_syslog.c prints that the recorded ones (tests/data/kernel-fence) do not show.
 def test_input_path_with_mac_mark_and_flags() -> None:
     line = (
         "EGRESS_FENCE IN=eth0 OUT=eth1 MAC=52:54:00:12:34:56:52:54:00:65:43:21:08:00 "
