@@ -25,7 +25,7 @@ import aiohttp
 
 from alarm.notify_config import AlertmanagerDestination
 from alarm.sanitize import sanitize
-from exporters.delivery import Outcome, classify
+from exporters.delivery import Outcome, classify, post
 from exporters.outbox import Row
 from exporters.payload import LinkSet, contributors, human_bytes, iso, lampson, summary
 from exporters.routing import target_of
@@ -97,8 +97,6 @@ class AlertmanagerSender:
         self, session: aiohttp.ClientSession, target: str, row: Row, now: float
     ) -> Outcome:
         body = json.dumps([postable_alert(self.cfg, row, self.links, self.top, now)]).encode()
-        async with session.post(
-            target, data=body, headers={"Content-Type": "application/json"}
-        ) as resp:
+        async with post(session, target, body, {"Content-Type": "application/json"}) as resp:
             text = await resp.text(errors="replace")
-            return classify(resp.status, resp.headers, text, time.time())
+            return classify(resp.status, resp.headers, text, time.time(), url=target)

@@ -22,10 +22,12 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
+from urllib.parse import urljoin
 
 import aiohttp
 
 from alarm import __version__
+from alarm.collectors.registry.sight import shown_url
 from alarm.notify_config import OutboxConfig
 from exporters.outbox import ChannelStats, Outbox, Row, Settle
 
@@ -70,13 +72,51 @@ def retry_after(value: str | None, now: float) -> float | None:
     return min(max(0.0, when - now), MAX_RETRY_AFTER)
 
 
-def classify(status: int, headers: Mapping[str, str], body: str, now: float) -> Outcome:
-    """The common reading of an HTTP answer: 2xx delivered; 408, 429 and 5xx retried (after
-    Retry-After when given); any other 4xx is the receiver refusing this notification, which
-    sending it again would not change."""
+def post(
+    session: aiohttp.ClientSession, url: str, body: bytes, headers: Mapping[str, str]
+) -> contextlib.AbstractAsyncContextManager[aiohttp.ClientResponse]:
+    """POST one notification to its configured URL, and only there.  aiohttp follows
+    redirects by default: a 301/302/303 would turn the POST into a bodiless GET whose 200
+    counted as delivered (the alert lost, silently), and a 307/308 would carry the signed body
+    and the configured secret headers to whatever origin the Location names.  Every sender
+    posts through here so that none can forget it; the 3xx is read by :func:`redirected`."""
+    return session.post(url, data=body, headers=headers, allow_redirects=False)
+
+
+def redirected(status: int, location: str | None, url: str, *, path_is_secret: bool) -> Outcome:
+    """A 3xx to a notification: not followed, so not delivered, and retried like any other
+    failure (a receiver moved by mistake is fixed by its operator, and the queue then drains).
+    The reason names where it pointed, with the userinfo and query cut (they may hold
+    credentials, and the reason is shown on the API); only the origin where the path is the
+    secret (a Slack webhook redirected to its https twin would name its token)."""
+    if not location:
+        return retry(f"HTTP {status} without a Location; redirects are not followed")
+    where = urljoin(url, location)
+    if path_is_secret:
+        where = urljoin(where, "/")
+    return retry(
+        f"HTTP {status} redirect to {shown_url(where)} not followed: notifications go only to "
+        "the configured URL"
+    )
+
+
+def classify(
+    status: int,
+    headers: Mapping[str, str],
+    body: str,
+    now: float,
+    *,
+    url: str,
+    path_is_secret: bool = False,
+) -> Outcome:
+    """The common reading of an HTTP answer to a POST to ``url``: 2xx delivered; a 3xx, 408,
+    429 and 5xx retried (after Retry-After when given); any other 4xx is the receiver refusing
+    this notification, which sending it again would not change."""
     snippet = body[:200].replace("\n", " ")
     if 200 <= status < 300:
         return DELIVERED
+    if 300 <= status < 400:
+        return redirected(status, headers.get("Location"), url, path_is_secret=path_is_secret)
     if status in (408, 429) or status >= 500:
         return retry(
             f"HTTP {status} {snippet}".strip(), retry_after(headers.get("Retry-After"), now)

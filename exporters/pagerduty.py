@@ -23,7 +23,15 @@ import aiohttp
 from pydantic import SecretStr
 
 from alarm.notify_config import PagerDutyDestination
-from exporters.delivery import DELIVERED, Outcome, reject, retry, retry_after
+from exporters.delivery import (
+    DELIVERED,
+    Outcome,
+    post,
+    redirected,
+    reject,
+    retry,
+    retry_after,
+)
 from exporters.outbox import Row
 from exporters.payload import LinkSet, alert_document, iso, summary
 from exporters.routing import target_of
@@ -101,13 +109,16 @@ class PagerDutySender:
         event = pagerduty_event(
             self.cfg, self._routing_key.get_secret_value(), row, self.links, self.top, now
         )
-        async with session.post(
-            target, data=json.dumps(event).encode(), headers={"Content-Type": "application/json"}
-        ) as resp:
+        body = json.dumps(event).encode()
+        async with post(session, target, body, {"Content-Type": "application/json"}) as resp:
             text = await resp.text(errors="replace")
             status = resp.status
             if status == 202 or 200 <= status < 300:
                 return DELIVERED
+            if 300 <= status < 400:
+                return redirected(
+                    status, resp.headers.get("Location"), target, path_is_secret=False
+                )
             if status == 429 or status >= 500:
                 return retry(
                     f"HTTP {status} {text[:200]}", retry_after(resp.headers.get("Retry-After"), now)

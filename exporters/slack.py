@@ -24,7 +24,7 @@ import aiohttp
 from pydantic import SecretStr
 
 from alarm.notify_config import SlackDestination
-from exporters.delivery import Outcome, classify, retry
+from exporters.delivery import Outcome, classify, post, retry
 from exporters.outbox import Row
 from exporters.payload import LinkSet, alert_document, figure, human_bytes, shown_threshold
 
@@ -109,13 +109,12 @@ class SlackSender:
     ) -> Outcome:
         body = json.dumps(slack_message(row, self.links, self.top, now)).encode()
         try:
-            async with session.post(
-                self._url.get_secret_value(),
-                data=body,
-                headers={"Content-Type": "application/json"},
-            ) as resp:
+            url = self._url.get_secret_value()
+            async with post(session, url, body, {"Content-Type": "application/json"}) as resp:
                 text = await resp.text(errors="replace")
-                return classify(resp.status, resp.headers, text, time.time())
+                return classify(
+                    resp.status, resp.headers, text, time.time(), url=url, path_is_secret=True
+                )
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             # aiohttp's messages can quote the URL, and this URL is the secret: name the error
             # class only.

@@ -25,7 +25,7 @@ import time
 import aiohttp
 
 from alarm.notify_config import WebhookDestination
-from exporters.delivery import Outcome, classify
+from exporters.delivery import Outcome, classify, post
 from exporters.outbox import Row
 from exporters.payload import LinkSet, alert_document, iso
 from exporters.signing import sign_headers
@@ -62,6 +62,6 @@ class WebhookSender:
             **self.cfg.headers,
             **sign_headers(self._keys, f"msg_{row.idem_key}", int(time.time()), body),
         }
-        async with session.post(target, data=body, headers=headers) as resp:
+        async with post(session, target, body, headers) as resp:
             text = await resp.text(errors="replace")
-            return classify(resp.status, resp.headers, text, time.time())
+            return classify(resp.status, resp.headers, text, time.time(), url=target)

@@ -15,12 +15,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from alarm.collectors.kernel.fence import FenceReader
 from alarm.collectors.kernel.records import KernelRecord
@@ -97,6 +99,105 @@ async def test_receiver_answering_500_timeouts_and_garbage(tmp_path):
     assert len(rx.ids()) == len(set(rx.ids()))
     # Each one went out under the same webhook-id on every attempt.
     assert set(rx.attempted_ids) == set(rx.ids())
+
+
+# -- redirects -------------------------------------------------------------------------
+
+REDIRECTS = (301, 302, 303, 307, 308)
+SECRET_HEADER = "X-Hook-Token"
+
+
+@dataclass
+class Hits:
+    """What arrived where a redirect pointed: method, path, headers and body of each request."""
+
+    seen: list[tuple[str, str, dict[str, str], bytes]] = field(default_factory=list)
+
+    def app(
+        self, answer: Callable[[web.Request], web.StreamResponse] | None = None
+    ) -> web.Application:
+        async def any_path(request: web.Request) -> web.StreamResponse:
+            body = await request.read()
+            self.seen.append((request.method, request.path, dict(request.headers), body))
+            return answer(request) if answer else web.json_response({"ok": True})
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", any_path)
+        return app
+
+
+async def test_a_redirect_is_a_failed_delivery_never_followed_to_any_origin(tmp_path, monkeypatch):
+    """Every sender's receiver answers a 301/302/303/307/308, to a path of its own origin or
+    to another port (another origin, standing in for a host an attacker chose).  aiohttp's
+    default followed them: a 303 turned the POST into a GET whose 200 counted as delivered,
+    and a 307 carried the signed body and the secret header to the other origin."""
+    other = Hits()
+    landing = Hits()  # the receiver's own origin, where "same" redirects point
+
+    def redirect(request: web.Request) -> web.StreamResponse:
+        parts = request.path.split("/")  # /r/<code>/<same|other>/...
+        if parts[1] != "r":
+            return web.json_response({"ok": True})  # the landing page: 200 to anything
+        code, where = int(parts[2]), parts[3]
+        if where == "same":
+            location = "/landing"
+        else:  # the same path on another origin, with credentials and a token in the query
+            location = f"http://user:pw-in-location@127.0.0.1:{other_port}{request.path}?sig=s1g"
+        return web.Response(status=code, headers={"Location": location})
+
+    async with serve(other.app()) as other_srv, serve(landing.app(redirect)) as srv:
+        other_port = other_srv.port
+        base = srv.base
+        destinations: list[dict[str, Any]] = [
+            {
+                "type": "webhook",
+                "name": f"w{code}{where}",
+                "url": f"{base}/r/{code}/{where}/hook",
+                "headers": {SECRET_HEADER: "hook-secret"},
+            }
+            for code in REDIRECTS
+            for where in ("same", "other")
+        ]
+        destinations += [
+            {"type": "alertmanager", "name": "am", "urls": [f"{base}/r/307/other/am"]},
+            {
+                "type": "pagerduty",
+                "name": "pd",
+                "url": f"{base}/r/308/other/pd",
+                "routing_key": {"env": "CAPALARM_PD_KEY"},
+            },
+            {"type": "slack", "name": "chat", "url": {"env": "CAPALARM_SLACK_URL"}},
+        ]
+        monkeypatch.setenv("CAPALARM_PD_KEY", "R" * 32)
+        monkeypatch.setenv("CAPALARM_SLACK_URL", f"{base}/r/301/other/services/T0/B0/slacktoken")
+        cfg = {
+            "destinations": destinations,
+            "outbox": {"base_backoff": "20ms", "max_backoff": "100ms"},
+        }
+        async with running_notifications(tmp_path, cfg) as n:
+            await record(n, change())
+            views = list(n.views)
+            try:
+                await wait_for(lambda: all(ch.retried >= 2 or ch.sent for ch in views), timeout=20)
+            finally:
+                api = await n.api()
+    assert {ch.name: ch.sent for ch in views if ch.sent} == {}
+    assert all(ch.failed == 0 for ch in views)  # retried like any failure, not dead-lettered
+    assert other.seen == []  # not one request reached the other origin
+    assert [(m, p) for m, p, _, _ in landing.seen if p == "/landing"] == []
+    errors = {c["channel"]: c["queued"][0]["last_error"] for c in api["channels"]}
+    for code in REDIRECTS:
+        assert f"HTTP {code} redirect to {base}/landing not followed" in errors[f"w{code}same"]
+        reason = errors[f"w{code}other"]
+        assert (
+            f"HTTP {code} redirect to http://127.0.0.1:{other_port}/r/{code}/other/hook" in reason
+        )
+    assert f"http://127.0.0.1:{other_port}/r/307/other/am/api/v2/alerts" in errors["am"]
+    assert f"http://127.0.0.1:{other_port}/r/308/other/pd" in errors["pd"]
+    # Slack's URL path is its secret: only the origin the redirect named.
+    assert f"HTTP 301 redirect to http://127.0.0.1:{other_port}/ not followed" in errors["chat"]
+    shown = json.dumps(api)
+    assert "pw-in-location" not in shown and "s1g" not in shown and "slacktoken" not in shown
 
 
 # -- kill -9 ---------------------------------------------------------------------------
