@@ -5,8 +5,12 @@ output chain logs (and counts) matching packets with a test-unique prefix.
         sent = ns.udp(10, payload=100)     # 10 packets, LEN= 128 each
         ns.counter()                       # (packets, bytes) the kernel matched, from nft
 
-Every namespace gets its own prefix (``EGRESS_FENCE t<hex>``), so concurrent tests never count
-each other's records: filter records by ``ns.prefix``.  Sockets are created inside the namespace
+Every namespace gets its own prefix (``CAPALARM_TEST t<hex>``, see :func:`unique_prefix`), so
+concurrent tests never count each other's records: filter records by ``ns.prefix``.  The kernel
+log is the host's: a capalarm running on the same host with the default prefix
+(``EGRESS_FENCE``) would count real records the tests log as writes and injected look-alikes as
+forgeries, and page.  So nothing written here starts with a prefix that capalarm's default
+configuration reads; :func:`inject_kmsg` and :func:`fence_netns` refuse one.  Sockets are created inside the namespace
 by a short-lived thread that ``setns``-es itself (a socket stays in the namespace it was
 created in), so the test process never changes its own namespace.
 
@@ -36,6 +40,26 @@ CLONE_NEWNET = 0x40000000
 IPV4_UDP_OVERHEAD = 28  # IPv4 header 20 + UDP header 8: LEN= is the IP total length
 IPV4_ICMP_OVERHEAD = 28  # IPv4 header 20 + ICMP echo header 8
 KMSG = "/dev/kmsg"
+# The prefix capalarm reads when a config names none (alarm/default.yaml, the kmsg, journald
+# and file sources): no test may write a record the host's own capalarm would count.
+DEFAULT_FENCE_PREFIX = "EGRESS_FENCE"
+# Records the tests make start with this instead.
+TEST_PREFIX = "CAPALARM_TEST"
+
+
+def unique_prefix(tag: str = "t") -> str:
+    """A log prefix of this test run's own: ``CAPALARM_TEST <tag><hex>``."""
+    return f"{TEST_PREFIX} {tag}{secrets.token_hex(4)}"
+
+
+def refuse_default_prefix(text: str) -> None:
+    """Raise if ``text`` (a log prefix or a record) starts like a record a capalarm with the
+    default configuration on this host would read."""
+    if text.lstrip().startswith(DEFAULT_FENCE_PREFIX):
+        raise ValueError(
+            f"{text[:40]!r}: starts with the default fence prefix {DEFAULT_FENCE_PREFIX!r}; "
+            f"tests write to the host's kernel log with a prefix of their own ({TEST_PREFIX})"
+        )
 
 
 def kernel_missing() -> str | None:
@@ -236,10 +260,11 @@ def fence_netns(
 ) -> Iterator[FenceNetns]:
     """A fresh netns (``capalarm-<pid>-<hex>``) with lo up and an nft output rule per protocol
     that counts and logs matching packets with ``prefix`` (default: a unique
-    ``EGRESS_FENCE t<hex>``).  Sets ``net.netfilter.nf_log_all_netns=1`` (needed for logging
+    ``CAPALARM_TEST t<hex>``; never one starting with ``EGRESS_FENCE``).  Sets ``net.netfilter.nf_log_all_netns=1`` (needed for logging
     from non-initial namespaces) and leaves it set: other tests running meanwhile need it."""
     protos = (proto,) if isinstance(proto, str) else tuple(proto)
-    prefix = prefix or f"EGRESS_FENCE t{secrets.token_hex(4)}"
+    prefix = prefix or unique_prefix()
+    refuse_default_prefix(prefix)
     name = f"capalarm-{os.getpid()}-{secrets.token_hex(3)}"
     sweep_stale_netns()
     with open("/proc/sys/net/netfilter/nf_log_all_netns", "w") as f:
@@ -261,7 +286,9 @@ def fence_netns(
 def inject_kmsg(text: str, level: int | None = 4) -> None:
     """Write a record to /dev/kmsg from user space, as a workload trying to forge fence lines
     would.  ``level`` becomes a ``<N>`` prefix; the kernel turns facility 0 ("kern") into 1
-    ("user") for writes, so even ``<0>``/``<4>`` come out as PRI 8/12, never facility 0."""
+    ("user") for writes, so even ``<0>``/``<4>`` come out as PRI 8/12, never facility 0.
+    Refuses text a capalarm with the default prefix would read (see the module's docstring)."""
+    refuse_default_prefix(text)
     head = f"<{level}>" if level is not None else ""
     fd = os.open(KMSG, os.O_WRONLY | os.O_CLOEXEC)
     try:

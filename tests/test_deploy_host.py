@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from deploykit import DEPLOY, ROOT, require_tool, run
-from kernelnet import require_kernel, run_in_netns, sweep_stale_netns
+from kernelnet import require_kernel, run_in_netns, sweep_stale_netns, unique_prefix
 
 from alarm.cli import build_parser
 from alarm.collectors.kernel.netfilter import parse_fence
@@ -153,7 +153,7 @@ def test_fence_example_logs_what_capalarm_parses_and_reloads_cleanly():
     its record), the example logs a datagram leaving through a device with the sender's UID
     and its size, and not one sent over loopback; loading it twice leaves one set of rules."""
     require_kernel()
-    prefix = f"EGRESS_FENCE d{secrets.token_hex(4)}"
+    prefix = unique_prefix("d")  # not EGRESS_FENCE: the host's kernel log
     text = FENCE.read_text()
     assert text.count('log prefix "EGRESS_FENCE "') == 2
     script = text.replace('log prefix "EGRESS_FENCE "', f'log prefix "{prefix} "')

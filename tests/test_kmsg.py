@@ -32,7 +32,13 @@ from alarm.collectors.kernel.kmsg import KmsgCollector, boot_id, parse_chunk
 from alarm.collectors.kernel.kmsg_drain import Drain
 from alarm.collectors.kernel.records import KernelRecord
 from alarm.events import Batch
-from tests.kernelnet import fence_netns, forged_fence, inject_kmsg, require_kernel
+from tests.kernelnet import (
+    fence_netns,
+    forged_fence,
+    inject_kmsg,
+    require_kernel,
+    unique_prefix,
+)
 from tests.servicekit import get, metric, running_service, wait_for
 
 LEN_RE = re.compile(r" LEN=(\d+) ")
@@ -225,7 +231,7 @@ async def test_other_boot_starts_at_end() -> None:
     inject_kmsg("capalarm-test before-start")
     other = {"boot_id": "00000000-0000-0000-0000-000000000000", "seq": 5}
     async with Running(collector(position=other)) as run:
-        prefix = f"EGRESS_FENCE t{os.getpid()}"
+        prefix = unique_prefix()
         await run.mark(prefix, "x")
     assert not any(r.message == "capalarm-test before-start" for r in run.records)
     assert run.count("records_lost") == 0
