@@ -345,3 +345,46 @@ async def test_unreadable_ledger_rows_are_relearned_not_counted() -> None:
         rec.clear()
         assert await poll(restarted, rec)
         assert [(r.artifact, r.nbytes) for r in rec.rows()] == [("3", 30)]
+
+
+async def test_an_out_of_range_size_is_one_counted_parse_error_not_a_crash_loop() -> None:
+    """A size no artifact can have (``10**30``: beyond int64; a negative one) made the batch
+    fail to build: the poll raised, nothing was saved, and every poll after a restart found
+    the same item new and raised again.  It is one parse error, once; the rest is counted."""
+    state = board(posts=[post(1)])
+    async with serve(board_app(state)) as site:
+        rec = Recorder()
+        cfg = {**BOARD, "url": f"{site.base}/posts"}
+        source = collector(rec, **cfg)
+        assert await poll(source, rec)
+        state["posts"] += [post(2, 10**30), post(3, -5), post(4, 40)]
+        rec.clear()
+        assert await poll(source, rec)
+        assert [(r.artifact, r.nbytes) for r in rec.rows()] == [("4", 40)]
+        counts = rec.counts()
+        assert counts["parse_errors"] == 2 and counts["poll_errors"] == 0
+        assert source.health.up
+
+        restarted = collector(rec, **cfg)  # as the service restarts a failed collector
+        state["posts"].append(post(5, 50))
+        rec.clear()
+        assert await poll(restarted, rec)
+        assert [(r.artifact, r.nbytes) for r in rec.rows()] == [("5", 50)]
+        assert rec.counts()["parse_errors"] == 0, "the bad item is not counted again"
+
+
+@pytest.mark.parametrize("at", [10**30, 1e18, -1e18, -1e11])
+async def test_an_out_of_range_time_is_an_unknown_time(at: Any) -> None:
+    """An upload time no datetime can hold is taken as unknown: the item counts, now."""
+    state = board(posts=[post(1)])
+    async with serve(board_app(state)) as site:
+        rec = Recorder()
+        source = collector(rec, **BOARD, url=f"{site.base}/posts")
+        assert await poll(source, rec)
+        state["posts"].append(post(2, 20, at=at))
+        rec.clear()
+        began = time.time()
+        assert await poll(source, rec)
+        (row,) = rec.rows()
+        assert (row.artifact, row.nbytes) == ("2", 20) and row.ts >= began
+        assert row.evidence is not None and row.evidence["uploaded_at"] is None

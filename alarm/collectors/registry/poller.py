@@ -53,6 +53,13 @@ BLIND_RECHECK = 60.0  # while blind, how often the message's age is brought up t
 FLUSH_EVENTS = 2000  # events per batch, so a huge first-after-outage poll is handed over in parts
 FLUSH_LEDGER_ROWS = 500
 EVIDENCE_TEXT_LIMIT = 300
+# The largest size believed of one artifact, edit or post: a pebibyte, far beyond anything a
+# registry stores, yet small enough that the detector's int64 sums of thousands of them cannot
+# overflow.  A listing claiming more is lying or broken: the item is counted as a parse error.
+MAX_ARTIFACT_BYTES = 1 << 50
+# Upload times are believed within datetime's range (years 1..9999); outside it a time cannot
+# even be written as ISO 8601, so it is taken as unknown (the artifact counts at "now").
+MIN_TIMESTAMP, MAX_TIMESTAMP = -62135596800.0, 253402300799.0
 
 COUNTERS: dict[str, str] = {
     "polls": "Complete polls.",
@@ -89,8 +96,12 @@ def parse_time(value: Any) -> float | None:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int | float):
-        ts = float(value)
-        return ts / 1000.0 if ts > 1e11 else ts
+        try:
+            ts = float(value)
+        except OverflowError:  # an int beyond float's range: no time at all
+            return None
+        ts = ts / 1000.0 if ts > 1e11 else ts
+        return ts if MIN_TIMESTAMP <= ts <= MAX_TIMESTAMP else None  # NaN fails both
     if not isinstance(value, str) or not value.strip():
         return None
     try:
@@ -99,7 +110,15 @@ def parse_time(value: Any) -> float | None:
         return None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    return dt.timestamp()
+    try:
+        return dt.timestamp()
+    except (OverflowError, ValueError):  # year 1 or 9999 shifted out of range by its offset
+        return None
+
+
+def _plausible_size(nbytes: int | None) -> bool:
+    """None (unknown) or a byte count one artifact can have."""
+    return nbytes is None or 0 <= nbytes <= MAX_ARTIFACT_BYTES
 
 
 class Cycle:
@@ -146,7 +165,10 @@ class Cycle:
         receipt: dict[str, Any] | None = None,
     ) -> None:
         """A new artifact, edit or post.  In the learning poll it is only counted as the
-        starting state; one of this source's canaries is counted apart (canary.py)."""
+        starting state; one of this source's canaries is counted apart (canary.py).  One
+        whose size is out of range (negative, or over :data:`MAX_ARTIFACT_BYTES`) is one
+        ``parse_errors``, not an event: the index already holds it, so it is counted once,
+        and the poll, the batch and every later poll go on as if it were not listed."""
         if self.learning:
             self.counts["baseline_artifacts"] += 1
             return
@@ -155,6 +177,9 @@ class Cycle:
             digest = (receipt or {}).get("digest")
             if canary.claim(repository, artifact, digest if isinstance(digest, str) else None):
                 return
+        if not (_plausible_size(nbytes) and _plausible_size(capacity)):
+            self.counts["parse_errors"] += 1
+            return
         if nbytes is None:
             self.counts["sizes_unknown"] += 1
         size = max(0, int(nbytes or 0))
@@ -367,7 +392,7 @@ class RegistryPoller:
                 self.not_before = exc.not_before
             await self._failed(cycle, str(exc))
             return False
-        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError) as exc:
             # A shape of data the adapter did not expect: a lying or broken server.
             self.counts["garbage_responses"] += 1
             await self._failed(cycle, f"unexpected data: {type(exc).__name__}")
