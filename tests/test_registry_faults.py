@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from alarm.collectors.registry.http import special_address_refusal
 from tests.fakes.server import free_port, serve
 from tests.registries import servers
-from tests.registries.harness import Recorder, collector, poll
+from tests.registries.harness import Recorder, collector, poll, settings
 
 BOARD = {"api": "json", "items": "posts", "id": "id", "size": "bytes", "time": "at"}
 
@@ -251,7 +252,11 @@ async def test_credentials_never_follow_a_redirect_to_another_host(
         async with serve(app) as site:
             rec = Recorder()
             source = collector(
-                rec, **BOARD, url=f"{site.base}/posts", credentials={"file": str(tmp_path / "cred")}
+                rec,
+                **BOARD,
+                url=f"{site.base}/posts",
+                credentials={"file": str(tmp_path / "cred")},
+                allow_redirect_hosts=["localhost"],  # another origin is followed only if listed
             )
             with caplog.at_level(logging.DEBUG):
                 assert await poll(source, rec)
@@ -259,6 +264,88 @@ async def test_credentials_never_follow_a_redirect_to_another_host(
     assert other["auth"] == [None], "not to the host it redirected to"
     assert rec.counts()["credentials_withheld"] == 1
     assert "s3cret" not in caplog.text and "s3cret" not in repr(source.settings)
+
+
+def redirecting_app(state: dict[str, Any], location: str) -> web.Application:
+    """A registry whose listing moved: ``/old`` answers 302 to ``location``; ``/posts`` is the
+    board itself (a same-origin redirect lands there)."""
+
+    async def old(request: web.Request) -> web.Response:
+        state["auth"].append(request.headers.get("Authorization"))
+        raise web.HTTPFound(location)
+
+    app = board_app(state)
+    app.router.add_get("/old", old)
+    return app
+
+
+async def test_a_redirect_on_the_same_origin_is_followed(tmp_path: Path) -> None:
+    (tmp_path / "cred").write_text("alice:s3cret-value")
+    state = board(posts=[post(1), post(2)])
+    async with serve(redirecting_app(state, "/posts")) as site:
+        rec = Recorder()
+        cred = {"file": str(tmp_path / "cred")}
+        source = collector(rec, **BOARD, url=f"{site.base}/old", credentials=cred)
+        assert await poll(source, rec)
+    assert rec.counts()["baseline_artifacts"] == 2 and rec.counts()["redirects_refused"] == 0
+    assert state["auth"] == ["Basic YWxpY2U6czNjcmV0LXZhbHVl"] * 2  # its own origin: both
+
+
+async def test_a_redirect_to_another_origin_is_a_failed_poll_unless_its_host_is_listed() -> None:
+    """Another port of the same address is another origin (RFC 6454), standing in for another
+    host: what it answered used to be polled and shown as the registry's evidence."""
+    elsewhere = board(posts=[post(7)])
+    async with serve(board_app(elsewhere)) as other:
+        home = board()
+        async with serve(redirecting_app(home, f"{other.base}/posts?token=t0k")) as site:
+            rec = Recorder()
+            source = collector(rec, **BOARD, url=f"{site.base}/old", retries=2)
+            assert not await poll(source, rec)
+            assert elsewhere.get("requests", 0) == 0, "the other origin was never asked"
+            assert home["auth"] == [None], "refused at once, not retried"
+            counts = rec.counts()
+            assert counts["redirects_refused"] == 1 and counts["poll_errors"] == 1
+            assert not source.health.up
+            assert source.health.last_error == (
+                f"reg: {site.base}/old: redirect to {other.base}/posts refused: another origin, "
+                "and allow_redirect_hosts does not list 127.0.0.1"
+            )
+
+            # Listed: followed (an IP address listed as itself may be loopback).
+            rec = Recorder()
+            source = collector(
+                rec, **BOARD, url=f"{site.base}/old", allow_redirect_hosts=["127.0.0.1"]
+            )
+            assert await poll(source, rec)
+            assert elsewhere["requests"] == 1 and rec.counts()["baseline_artifacts"] == 1
+
+
+async def test_a_listed_name_is_not_followed_onto_a_loopback_or_link_local_address() -> None:
+    """A listed name pointed (by DNS) at 169.254.169.254 or 127.0.0.1 is refused; listing the
+    address itself, or a localhost name, says that is meant."""
+    allowed = ["cdn.example", "127.0.0.1"]
+    for address in ("169.254.169.254", "fe80::1%2", "::ffff:169.254.169.254", "::1", "0.0.0.0"):
+        why = special_address_refusal("cdn.example", ["203.0.113.5", address], allowed)
+        assert why is not None and "cdn.example is at" in why, address
+    assert special_address_refusal("cdn.example", ["203.0.113.5"], allowed) is None
+    assert special_address_refusal("cdn.example", ["127.0.0.1"], allowed) is None
+    assert special_address_refusal("localhost", ["::1", "127.0.0.1"], ["localhost"]) is None
+    # Entries are compared as a URL's host is: lower case, canonical addresses, no brackets.
+    hosts = ["CDN.Example", "[0:0::1]", "169.254.169.254"]
+    assert settings(**BOARD, url="http://r/", allow_redirect_hosts=hosts).allow_redirect_hosts == [
+        "cdn.example",
+        "::1",
+        "169.254.169.254",
+    ]
+    with pytest.raises(ValueError, match="without a port"):
+        settings(**BOARD, url="http://r/", allow_redirect_hosts=["cdn.example:8443"])
+    # Link-local or loopback literals are other origins, refused unless listed as such.
+    state = board()
+    async with serve(redirecting_app(state, "http://169.254.169.254/latest/meta-data/")) as site:
+        rec = Recorder()
+        source = collector(rec, **BOARD, url=f"{site.base}/old", allow_redirect_hosts=["x.example"])
+        assert not await poll(source, rec)
+        assert "allow_redirect_hosts does not list 169.254.169.254" in source.health.last_error
 
 
 def self_signed(tmp_path: Path) -> tuple[Path, Path]:

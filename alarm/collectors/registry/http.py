@@ -17,6 +17,11 @@
   Redirects are followed by hand so that a redirect to another origin is followed *without*
   them (``credentials_withheld``); the secret is held as ``SecretStr`` and never formatted
   into a message.
+- **Redirects** stay on the registry's own origin unless ``allow_redirect_hosts`` lists the
+  other host; a loopback or link-local address (a cloud metadata endpoint, a local admin
+  port) only where the address itself is listed.  Anything else fails the poll
+  (``redirects_refused``): a registry must not turn the poller into a way to read another
+  host and show its answer as evidence.
 - **TLS** is always verified: the system store, or ``ca_file`` for a private CA.
 - **Concurrency**: at most ``concurrency`` requests in flight to one registry.
 - **Token authentication** (``api: oci``/``docker``): a 401 with a ``Bearer realm=...``
@@ -30,10 +35,13 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import ipaddress
 import random
+import socket
 import ssl
 import time
 from collections import Counter
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -71,6 +79,7 @@ COUNTERS: dict[str, str] = {
     "oversized_responses": "Bodies over max_response_bytes, abandoned unread.",
     "garbage_responses": "Bodies that were not what the API documents (bad JSON, wrong shape).",
     "credentials_withheld": "Redirects to another origin, followed without the credentials.",
+    "redirects_refused": "Redirects to an origin allow_redirect_hosts does not allow (failed polls).",
     "tokens_fetched": "Bearer tokens fetched from an OCI registry's token realm (token auth).",
 }
 TOKEN_APIS = frozenset({"oci", "docker"})
@@ -105,6 +114,33 @@ def origin(url: str) -> tuple[str, str, int | None]:
     parts = urlsplit(url)
     port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
     return parts.scheme, (parts.hostname or "").lower(), port
+
+
+def special_address_refusal(
+    host: str, addresses: Iterable[str], allowed: Collection[str]
+) -> str | None:
+    """Why ``host`` may not be reached at ``addresses`` although allow_redirect_hosts lists
+    it, or None.  A loopback, link-local or unspecified address is reached only where that
+    address is listed itself: a listed name is a promise about who answers, not about where
+    DNS points it, and a name moved onto 169.254.169.254 would hand the poller the cloud
+    metadata endpoint.  A ``localhost`` name (RFC 6761) is loopback by definition, so
+    listing one says loopback."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return None
+    for address in addresses:
+        try:
+            ip = ipaddress.ip_address(address.partition("%")[0])  # without an IPv6 zone
+        except ValueError:
+            continue
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped  # ::ffff:169.254.169.254 is reached as 169.254.169.254
+        special = ip.is_loopback or ip.is_link_local or ip.is_unspecified
+        if special and str(ip) not in allowed:
+            return (
+                f"{host} is at {ip}, a loopback or link-local address that "
+                "allow_redirect_hosts does not list"
+            )
+    return None
 
 
 def retry_after_seconds(value: str | None, now: float) -> float | None:
@@ -364,10 +400,37 @@ class RegistryClient:
             target = urljoin(url, location)
             if urlsplit(target).scheme not in ("http", "https"):
                 raise PollError(f"{safe_url(url)}: redirect to a non-HTTP URL")
+            refusal = await self._redirect_refusal(target)
+            if refusal is not None:
+                # Not retried (get() retries only network errors and statuses): the
+                # registry would answer the same; the poll fails saying why.
+                self.counts["redirects_refused"] += 1
+                raise PollError(
+                    f"{safe_url(url)}: redirect to {safe_url(target)} refused: {refusal}"
+                )
             if self.authorization is not None and origin(target) != self.home:
                 self.counts["credentials_withheld"] += 1
             url = target
         raise PollError(f"{safe_url(url)}: more than {MAX_REDIRECTS} redirects")
+
+    async def _redirect_refusal(self, target: str) -> str | None:
+        """Why a redirect to ``target`` is not followed, or None: the home origin always is;
+        another only to a host allow_redirect_hosts lists, at an address it may reach."""
+        to = origin(target)
+        if to == self.home:
+            return None
+        host, allowed = to[1], self.settings.allow_redirect_hosts
+        if host not in allowed:
+            return f"another origin, and allow_redirect_hosts does not list {host}"
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                host, to[2], type=socket.SOCK_STREAM
+            )
+        except OSError:
+            return None  # the request itself fails then, counted as any unreachable host
+        # aiohttp resolves the name again to connect (a DNS answer that changes in between
+        # is not caught here); this stops the plain case of a listed name pointing there.
+        return special_address_refusal(host, [str(info[4][0]) for info in infos], allowed)
 
     def _authorize(self, headers: dict[str, str], method: str, url: str) -> None:
         """The credentials for a request to the home origin: a cached registry token for

@@ -13,9 +13,10 @@ an upload the canary can use (pypi, npm, oci/docker, mediawiki); elsewhere it is
 from __future__ import annotations
 
 import base64
+import ipaddress
 from typing import Annotated, ClassVar, Literal, Union
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from alarm.collectors.base import SourceSettings
 from alarm.collectors.registry import names
@@ -94,6 +95,10 @@ class RegistryBase(SourceSettings):
     packages: list[str] = []
     credentials: Credentials | None = None
     ca_file: str | None = None  # PEM bundle to verify the registry's TLS certificate with
+    # Hosts (names or IP addresses, exact) that a redirect may lead to besides the source's
+    # own origin; followed without the credentials.  A loopback or link-local address is
+    # reached only where that address (or a localhost name) is listed itself.
+    allow_redirect_hosts: list[Annotated[str, Field(pattern=r"^[^\s/@?#]{1,253}$")]] = []
     # The source is blind (the surface_blind alarm) while its last successful poll is older
     # than this; None: 3 x interval, at least 60 s (``blind_seconds``).
     blind_after: Duration | None = Field(None, gt=0, le=7 * 86400.0)
@@ -156,6 +161,22 @@ class RegistryBase(SourceSettings):
                 "/simple/): give canary.url"
             )
         return self
+
+    @field_validator("allow_redirect_hosts")
+    @classmethod
+    def _hosts_as_compared(cls, hosts: list[str]) -> list[str]:
+        """As a URL's host is compared: lower case, an IP address in its canonical form
+        (``0:0::1`` is ``::1``), an IPv6 address without its brackets."""
+        out = []
+        for entry in hosts:
+            host = entry.lower().removeprefix("[").removesuffix("]")
+            try:
+                host = str(ipaddress.ip_address(host))
+            except ValueError:
+                if ":" in host:
+                    raise ValueError(f"{entry!r}: a host name or address, without a port") from None
+            out.append(host)
+        return out
 
     @model_validator(mode="after")
     def _blind_after_an_interval(self) -> RegistryBase:
