@@ -475,3 +475,67 @@ async def test_an_out_of_range_time_is_an_unknown_time(at: Any) -> None:
         (row,) = rec.rows()
         assert (row.artifact, row.nbytes) == ("2", 20) and row.ts >= began
         assert row.evidence is not None and row.evidence["uploaded_at"] is None
+
+
+def flapping_app(state: dict[str, Any]) -> web.Application:
+    """A board behind a load balancer with one lagging replica: requests alternate between
+    the listings in ``state['listings']``."""
+
+    async def posts(request: web.Request) -> web.Response:
+        n = state["requests"] = state.get("requests", 0) + 1
+        listings = state["listings"]
+        return web.json_response({"posts": listings[n % len(listings)]})
+
+    app = web.Application()
+    app.router.add_get("/posts", posts)
+    return app
+
+
+async def test_an_item_flapping_in_and_out_of_a_listing_is_counted_once() -> None:
+    base = [post(i, at=1_700_000_000 + i) for i in range(1, 10)]
+    state: dict[str, Any] = {"listings": [base]}
+    async with serve(flapping_app(state)) as site:
+        rec = Recorder()
+        cfg = {**BOARD, "url": f"{site.base}/posts"}
+        source = collector(rec, **cfg)
+        assert await poll(source, rec)  # learns the nine
+
+        flapper = post(10, 7777, at=time.time())
+        state["listings"] = [[*base, flapper], base]  # one replica has it, the other not yet
+        rec.clear()
+        for _ in range(8):
+            assert await poll(source, rec)
+        assert [(r.artifact, r.nbytes) for r in rec.rows()] == [("10", 7777)]
+        assert rec.counts()["items_reappeared"] == 3
+
+        # The memory is saved with the position: a restarted collector does not count it again.
+        restarted = collector(rec, **cfg)
+        rec.clear()
+        for _ in range(4):
+            assert await poll(restarted, rec)
+        assert rec.rows() == []
+
+        # A genuinely new revision under the same id (another size and time) is a write.
+        changed = post(10, 8888, at=time.time() + 1)
+        state["listings"] = [[*base, changed], base]
+        rec.clear()
+        for _ in range(6):
+            assert await poll(restarted, rec)
+        assert [(r.artifact, r.nbytes) for r in rec.rows()] == [("10", 8888)]
+
+
+def test_the_memory_of_what_was_counted_is_bounded_and_survives_a_save() -> None:
+    from alarm.collectors.registry.recent import RecentlyCounted
+
+    recent = RecentlyCounted(limit=3, window=100.0)
+    for key in range(5):
+        recent.remember(key, 1000.0 + key)
+    assert len(recent) == 3 and not recent.seen_again(0, 1005.0)
+    assert recent.seen_again(2, 1050.0)  # found again: kept from now on
+    assert not recent.seen_again(3, 1110.0), "older than the window"
+    assert recent.seen_again(2, 1110.0)
+
+    back = RecentlyCounted(limit=3, window=100.0)
+    assert back.restore(recent.to_json()) and back.seen_again(2, 1120.0)
+    assert not back.restore({"h": "!!", "t": ""}) and len(back) == 0
+    assert back.restore(None) and len(back) == 0

@@ -16,6 +16,9 @@ An adapter knows one API; each poll it is handed a :class:`Cycle` and reports wh
 - **Batches** carry events, counter deltas, ledger rows and (with them) the adapter's state,
   so a crash between two batches neither loses nor repeats an artifact.  Big polls are handed
   over in chunks (``checkpoint``).
+- **Counted once.**  What was counted is remembered by fingerprint (recent.py, saved in the
+  position), so an item that drops out of a listing and comes back unchanged (a lagging
+  replica) is not counted again (``items_reappeared``).
 - **Proof of sight.**  ``health.last_success_at`` at the end of every complete poll, ``up``
   and ``caught_up`` with it, ``watermark`` = the poll's start (every upload before it has been
   seen); a failed poll is ``health.failed`` and ``up = False``.  While the last successful
@@ -39,6 +42,7 @@ from typing import Any, Protocol
 from alarm.collectors.registry.canary import RegistryCanary
 from alarm.collectors.registry.http import GarbageResponse, PollError, RegistryClient, RetryLater
 from alarm.collectors.registry.listing import ArtifactIndex
+from alarm.collectors.registry.recent import RecentlyCounted, fingerprint
 from alarm.collectors.registry.settings import RegistryBase
 from alarm.collectors.registry.sight import Sight, age_text, shown_url
 from alarm.collectors.registry.uploads import Credential
@@ -73,6 +77,7 @@ COUNTERS: dict[str, str] = {
     "sizes_unknown": "Artifacts whose size the API did not give and HEAD could not learn.",
     "groups_forgotten": "Packages, images or pages no longer listed, dropped from the index.",
     "ledger_rows_invalid": "Saved listing rows that could not be read: re-learned.",
+    "items_reappeared": "Artifacts back in a listing unchanged after dropping out of it (a lagging replica, a flapping cache): counted once, not again.",
 }
 
 
@@ -180,6 +185,14 @@ class Cycle:
         if not (_plausible_size(nbytes) and _plausible_size(capacity)):
             self.counts["parse_errors"] += 1
             return
+        # A listing that dropped this very artifact and lists it again (recent.py) is not a
+        # second write; one changed in any way the API tells is.
+        now = time.time()
+        key = fingerprint(repository, artifact, nbytes, capacity, uploaded_at, receipt)
+        if self.poller.recent.seen_again(key, now):
+            self.counts["items_reappeared"] += 1
+            return
+        self.poller.recent.remember(key, now)
         if nbytes is None:
             self.counts["sizes_unknown"] += 1
         size = max(0, int(nbytes or 0))
@@ -251,6 +264,8 @@ class RegistryPoller:
                 settings, canary or Credential(), self.counts, self.health, self.sight
             )
         self.index = ArtifactIndex()
+        # What was counted lately, saved in the position with the state it goes with.
+        self.recent = RecentlyCounted()
         self._patterns = tuple(Pattern.compile(p) for p in settings.packages)
         self.lag = 0.0  # how late the last poll started against its schedule (s)
         # Until the first successful poll, sight is counted from when the source was built
@@ -270,6 +285,7 @@ class RegistryPoller:
             self.state = dict(position.get("state") or {})
             self.not_before = float(position.get("not_before") or 0.0)
             self.index.load(ledger())
+            self.recent.restore(position.get("counted"))
             self.counts["ledger_rows_invalid"] += self.index.bad_rows
             if self.canary is not None:
                 self.canary.canaries.restore(position.get("canaries"))
@@ -298,6 +314,7 @@ class RegistryPoller:
             "since": self.since,
             "not_before": self.not_before,
             "state": self.state,
+            "counted": self.recent.to_json(),
         }
         if self.canary is not None:
             out["canaries"] = self.canary.canaries.unseen()
