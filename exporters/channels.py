@@ -13,7 +13,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import overload
+from urllib.parse import urlsplit
 
+from alarm.collectors.registry.sight import shown_url
 from exporters.delivery import Channel, MemoryRows
 from exporters.destinations import DestinationSet
 from exporters.outbox import ChannelStats, NewRow, Row
@@ -52,6 +54,13 @@ class ChannelSet:
             mem.forget_delivered(keys)
 
 
+def shown_target(target: str) -> str:
+    """A channel's target as the API shows it: a URL without its userinfo and query, where a
+    webhook's credentials and signature often ride (``http://user:pass@host/hook?sig=...``),
+    cut as registry URLs are; anything else (Slack's "secret (env NAME)") is already safe."""
+    return shown_url(target) if urlsplit(target).scheme in ("http", "https") else target
+
+
 def channel_set(
     destinations: DestinationSet,
     previous: ChannelSet | None,
@@ -64,8 +73,8 @@ def channel_set(
     for name, ct in destinations.channels.items():
         ch = previous.by_name.get(name) if previous else None
         if ch is None or ch.type != ct.destination.type:
-            ch = Channel(name, ct.destination.route.name, ct.destination.type, ct.target, stats)
-        ch.target = ct.target
+            ch = Channel(name, ct.destination.route.name, ct.destination.type, "", stats)
+        ch.target = shown_target(ct.target)
         views.append(ch)
         held = previous.memory.get(name) if previous else None
         memory[name] = held if held is not None else MemoryRows()

@@ -151,7 +151,7 @@ class Channel:
     name: str
     destination: str
     type: str
-    target: str  # for display: a URL, or where the secret URL comes from
+    target: str  # for display: a URL without userinfo and query, or where the secret URL is
     stats: Callable[[], Mapping[str, ChannelStats]] | None = None  # cached outbox figures
     sent: int = 0
     failed: int = 0

@@ -4,9 +4,13 @@ table after ``max_retries``, counted — never dropped silently."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 from tests.fakes.kit import change, learning_change, record, running_notifications, wait_for
 from tests.fakes.receiver import Receiver
 from tests.fakes.server import serve
+from tests.servicekit import get, running_service
 
 FAST = {"outbox": {"base_backoff": "10ms", "max_backoff": "50ms"}}
 
@@ -66,3 +70,42 @@ async def test_a_learning_alert_is_delivered_as_strict_json_naming_the_floor_it_
     data = std["data"]
     assert "(threshold 60,000 B/s)" in data["summary"]
     assert data["lampson"]["tolerance_bits"] is None
+
+
+async def test_the_notifications_api_shows_no_userinfo_or_query_of_a_target(tmp_path):
+    """Webhook and Alertmanager URLs often carry a password or a signature
+    (``http://user:pass@host/hook?sig=...``): /api/v1/notifications shows where they go, not
+    those (as registry URLs are shown)."""
+    async with serve(Receiver().app()) as srv:
+        host = srv.base.removeprefix("http://")
+        cfg = {
+            "tick": "0.5s",
+            "state_dir": str(tmp_path / "state"),
+            "sources": [{"name": "none"}],
+            "notifications": {
+                "destinations": [
+                    {
+                        "type": "webhook",
+                        "name": "hook",
+                        "url": f"http://hook-user:hook-pass@{host}/hook?sig=hook-sig-value",
+                    },
+                    {
+                        "type": "alertmanager",
+                        "name": "am",
+                        "urls": ["http://am-user:am-pass@127.0.0.1:9/?token=am-token-value"],
+                    },
+                ],
+                **FAST,
+            },
+        }
+        async with running_service(cfg, collectors={}) as service:
+            await asyncio.to_thread(service.notify.record, [change()])
+            service.notify.wake()
+            await wait_for(lambda: service.notify.views[1].retried, timeout=10)
+            status, _, api = await get(service, "/api/v1/notifications")
+    assert status == 200
+    for secret in ("hook-pass", "hook-sig-value", "am-pass", "am-token-value"):
+        assert secret not in api
+    targets = {c["channel"]: c["target"] for c in json.loads(api)["channels"]}
+    assert targets["hook"] == f"{srv.base}/hook"
+    assert targets["am"].startswith("http://127.0.0.1:9/")
