@@ -17,7 +17,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml setup.py README.md ./
+COPY pyproject.toml setup.py README.md LICENSE ./
 COPY alarm ./alarm
 COPY exporters ./exporters
 # setup.py marks the extensions optional (a host without a compiler still installs); here the
