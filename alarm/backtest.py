@@ -9,7 +9,9 @@ written as one JSON object per line.
 Inputs are read in byte ranges by worker processes, a few ranges ahead of the pipeline, and
 consumed in order: memory is bounded by the surfaces and their history, never by the length
 of the input.  Kernel logs go through the fence scanner (native where built); write events
-(JSON lines naming their surface) through a bulk regex with a per-line JSON fallback.
+(JSON lines naming their surface) through the native reader (_eventscan.c: keys in any order,
+each line it cannot read with certainty through json.loads), or where it was not built a bulk
+regex with json.loads for chunks of other layouts.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ class Chunk:
     ts: np.ndarray | None = None
     nbytes: np.ndarray | None = None
     events: np.ndarray | None = None
+    native: bool = False  # write events read by the native reader (_eventscan.c)
+    handed_back: int = 0  # write-event lines read by json.loads (the rest: native or regex)
 
 
 def read_range(path: str, start: int, end: int) -> bytes:
@@ -103,12 +107,19 @@ def scan_kernel_range(
     )
 
 
-_NUM = r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
-_STR = r'"((?:[^"\\\n]|\\.)*)"'
-# The layout capalarm and its benchmarks write; any other line goes through json.loads.
+# The layout capalarm and its benchmarks write, read by a bulk regex where no native reader
+# was built; any other line goes through json.loads.  A line the regex matches is read as
+# json.loads reads it: JSON numbers only (no leading zeros, ASCII digits), counts of at most
+# 19 digits (int() refuses past 4300), strings without control characters, the characters
+# str.splitlines splits at, or invalid escapes.
+_NUM = r"(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)"
+_COUNT = r"(0|[1-9][0-9]{0,18})"
+_CHARS = r'(?:[^"\\\x00-\x1f\x85\u2028\u2029]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*'
+_STR = rf'"({_CHARS})"'
+_QUOTED = rf'("{_CHARS}")'  # with its quotes: "kind": "" is "", not absent
 _EVENT_LINE = re.compile(
-    rf'^\{{"ts": ?{_NUM}, ?"surface": ?{_STR}, ?"bytes": ?(\d+)(?:, ?"events": ?(\d+))?'
-    rf'(?:, ?"kind": ?{_STR})?(?:, ?"contributor": ?{_STR})?\}}\r?$',
+    rf'^\{{"ts": ?{_NUM}, ?"surface": ?{_STR}, ?"bytes": ?{_COUNT}(?:, ?"events": ?{_COUNT})?'
+    rf'(?:, ?"kind": ?{_QUOTED})?(?:, ?"contributor": ?{_STR})?\}}\r?$',
     re.MULTILINE,
 )
 
@@ -119,8 +130,10 @@ _EVENT_LINE = re.compile(
 MAX_TS = 1e11
 MAX_COUNT = 2**62
 
+Row = tuple[float, str | None, str, str, int, int]  # ts, kind, surface, contributor, bytes, events
 
-def _plausible(row: tuple[float, str | None, str, str, int, int]) -> bool:
+
+def _plausible(row: Row) -> bool:
     ts, _, _, _, nbytes, events = row
     return 0.0 <= ts < MAX_TS and 0 <= nbytes <= MAX_COUNT and 0 <= events <= MAX_COUNT
 
@@ -129,29 +142,40 @@ def _unescape(text: str) -> str:
     return json.loads(f'"{text}"') if "\\" in text else text
 
 
+def _json_float(text: str) -> float:
+    """float() of a JSON number as json.loads gives it: an int's -0 is 0."""
+    value = float(text)
+    return value if value or "." in text or "e" in text or "E" in text else 0.0
+
+
 def parse_events(data: bytes) -> Chunk:
-    """Write events ``{"ts", "surface", "bytes"[, "events", "kind", "contributor"]}`` of one
-    chunk of complete lines into columns; a line that is not one, or names an implausible
-    time or count, is a parse error.  The native reader (_eventscan.c) reads the layout of
-    _EVENT_LINE and hands back any chunk it cannot read with certainty."""
+    """Write events of one chunk of complete lines into columns.  Each line is read as
+    ``json.loads`` reads it (``_parse_events_slowly``): ``ts``, ``surface``, ``bytes`` (0 if
+    absent), ``events`` (1), ``kind`` (None), ``contributor`` ("") in any order; a line that
+    is not one, or names an implausible time or count, is a parse error.  The native reader
+    (_eventscan.c) reads the lines it can read with certainty and hands each other line back
+    to ``_read_line_slowly``; without it, a bulk regex reads the layout of _EVENT_LINE and the
+    chunk goes through json.loads if any line is not of that layout."""
     if native_events is not None:
-        scanned = native_events.scan_events(data)
-        if scanned is not None:
-            lines, errors, subjects, subject, ts, nbytes, events = scanned
-            chunk = Chunk(lines=lines, parse_errors=errors, records=len(ts) // 8)
-            chunk.subjects = subjects
-            chunk.subject = np.frombuffer(subject, dtype=np.int64)
-            chunk.ts = np.frombuffer(ts, dtype=np.float64)
-            chunk.nbytes = np.frombuffer(nbytes, dtype=np.int64)
-            chunk.events = np.frombuffer(events, dtype=np.int64)
-            return chunk
+        lines, errors, handed_back, subjects, subject, ts, nbytes, events = (
+            native_events.scan_events(data, _read_line_slowly)
+        )
+        chunk = Chunk(lines=lines, parse_errors=errors, records=len(ts) // 8)
+        chunk.native = True
+        chunk.handed_back = handed_back
+        chunk.subjects = subjects
+        chunk.subject = np.frombuffer(subject, dtype=np.int64)
+        chunk.ts = np.frombuffer(ts, dtype=np.float64)
+        chunk.nbytes = np.frombuffer(nbytes, dtype=np.int64)
+        chunk.events = np.frombuffer(events, dtype=np.int64)
+        return chunk
     text = data.decode("utf-8", "replace")
     lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
     matches = _EVENT_LINE.findall(text)
-    rows: list[tuple[float, str | None, str, str, int, int]] = [
+    rows: list[Row] = [
         (
-            float(ts),
-            _unescape(kind) if kind else None,
+            _json_float(ts),
+            _unescape(kind[1:-1]) if kind else None,
             _unescape(s),
             _unescape(c),
             int(b),
@@ -159,14 +183,17 @@ def parse_events(data: bytes) -> Chunk:
         )
         for ts, s, b, e, kind, c in matches
     ]
-    blank = sum(1 for line in text.splitlines() if not line.strip())
+    # Each line (split at \n, as the regex reads it) a match or blank: the regex read them all.
+    blank = sum(1 for line in text.split("\n")[:lines] if not line.strip())
     errors = 0
-    if len(matches) + blank != lines:
+    slow = len(matches) + blank != lines
+    if slow:
         rows, errors = _parse_events_slowly(text)
     valid = [row for row in rows if _plausible(row)]
     errors += len(rows) - len(valid)
     rows = valid
     chunk = Chunk(lines=lines, parse_errors=errors, records=len(rows))
+    chunk.handed_back = lines - blank if slow else 0
     index: dict[tuple[str | None, str, str], int] = {}
     subject = np.empty(len(rows), dtype=np.int64)
     for i, (_, kind, surface, contributor, _, _) in enumerate(rows):
@@ -183,9 +210,15 @@ def parse_events(data: bytes) -> Chunk:
     return chunk
 
 
-def _parse_events_slowly(
-    text: str,
-) -> tuple[list[tuple[float, str | None, str, str, int, int]], int]:
+def _read_line_slowly(line: bytes) -> tuple[list[Row], int]:
+    """A line the native reader hands back (with its newline): its plausible rows and its
+    parse errors, as the chunk's Python reader counts them."""
+    rows, errors = _parse_events_slowly(line.decode("utf-8", "replace"))
+    valid = [row for row in rows if _plausible(row)]
+    return valid, errors + len(rows) - len(valid)
+
+
+def _parse_events_slowly(text: str) -> tuple[list[Row], int]:
     rows = []
     errors = 0
     for line in text.splitlines():
@@ -199,11 +232,7 @@ def _parse_events_slowly(
             events = int(obj.get("events", 1))
             kind = obj.get("kind")
             contributor = obj.get("contributor")
-        except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
-            errors += 1
-            continue
-        rows.append(
-            (
+            row = (
                 ts,
                 None if kind is None else str(kind),
                 surface,
@@ -211,7 +240,11 @@ def _parse_events_slowly(
                 nbytes,
                 events,
             )
-        )
+        # RecursionError: str() of a name nested too deeply to print.
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
+            errors += 1
+            continue
+        rows.append(row)
     return rows, errors
 
 
@@ -258,6 +291,7 @@ class BacktestSummary:
     # Bytes counted per surface ("kind/name"), every declared surface and each unclassified.
     surface_bytes: dict[str, int] = field(default_factory=dict)
     scanner: str = ""
+    json_lines: int = 0  # write-event lines read by json.loads, not the native reader or regex
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__slots__}
@@ -384,6 +418,9 @@ def run_backtest(
                 summary.forged += chunk.forged
                 if chunk.scan is not None:
                     summary.scanner = "native" if chunk.scan.native else "regex"
+                else:
+                    summary.scanner = "native" if chunk.native else "python"
+                    summary.json_lines += chunk.handed_back
                 if chunk.subjects and chunk.subject is not None and chunk.events is not None:
                     per_subject = np.bincount(
                         chunk.subject, weights=chunk.events, minlength=len(chunk.subjects)

@@ -228,3 +228,34 @@ def test_a_budgets_evidence_spans_the_writes_its_sum_carries(tmp_path):
         ["alice", "bob"],
         ["carol", "dan"],
     ]
+
+
+def test_event_lines_in_any_key_order_and_bad_escapes_without_a_traceback(tmp_path):
+    """Keys in another order are read by the native reader (issue 26); an invalid escape and
+    a count of 5000 digits are a counted parse error each (both were a traceback)."""
+    from alarm import backtest
+
+    events = tmp_path / "events.jsonl"
+    t0 = 1_780_000_000
+    with open(events, "w") as fh:
+        for second in range(0, 600, 2):
+            fh.write(
+                f'{{"kind": "egress", "bytes": 2000, "ts": {t0 + second}, "surface": "proxy", '
+                '"events": 2}\n'
+            )
+        fh.write(f'{{"ts": {t0}, "surface": "pro\\xy", "bytes": 5}}\n')
+        fh.write(f'{{"ts": {t0}, "surface": "proxy", "bytes": {"9" * 5000}}}\n')
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("tick: 10s\nsurfaces:\n  - {name: proxy, kind: egress}\n")
+    res = subprocess.run(
+        [sys.executable, "-m", "alarm.cli", "backtest", "--config", str(cfg), str(events)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    report = json.loads(res.stderr.strip().splitlines()[-1])["backtest"]
+    assert (report["lines"], report["records"], report["parse_errors"]) == (302, 300, 2)
+    if backtest.native_events is not None:
+        # Only the line with the invalid escape went through json.loads.
+        assert (report["scanner"], report["json_lines"]) == ("native", 1)
