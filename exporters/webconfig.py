@@ -21,8 +21,9 @@ https://github.com/prometheus/exporter-toolkit/blob/master/docs/web-configuratio
 Followed as the toolkit does: unknown keys are errors (its YAML is read strictly); TLS is on
 once any TLS key is given; a CA without a client-auth policy is an error; with users, a
 request without valid credentials is 401 with ``WWW-Authenticate: Basic``; an unknown user is
-checked against a fixed hash, so timing does not tell which users exist; bcrypt results are
-cached and computed one at a time.  Where Python's ``ssl`` cannot do what Go does, the file is
+checked against a fixed hash at the users' own bcrypt cost, so timing does not tell which
+users exist; bcrypt results are cached and computed one at a time.  Without
+``cipher_suites``, TLS 1.2 offers AEAD suites only (``DEFAULT_CIPHERS``).  Where Python's ``ssl`` cannot do what Go does, the file is
 rejected with the reason rather than served differently: ``RequestClientCert`` and
 ``RequireAnyClientCert`` (they accept unverified client certificates, which the toolkit's own
 docs call insecure), and more than one curve (OpenSSL through ``ssl`` takes one).
@@ -45,8 +46,8 @@ import ssl
 import tempfile
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections import Counter, OrderedDict
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -62,10 +63,15 @@ log = logging.getLogger("capalarm.web")
 
 POLL_SECONDS = 1.0
 AUTH_CACHE = 256  # (user, hash, password digest) -> verdict, as the toolkit caches
-# The toolkit checks an unknown user against a fixed cost-10 hash (of "fakepassword") so that
-# an unknown user costs as long as a known one.
+# An unknown user is checked against a hash (of "fakepassword") so that it costs as long as a
+# known one; BasicAuth gives it the users' own cost (``dummy_hash``), since a fixed cost 10
+# against users at cost 12 answers unknown names four times faster.
 DUMMY_HASH = b"$2b$10$EHO443BLadc5dM39u0n6Kuz6MgO.VXHEP9y4mzKsw5U0xt0BSgeBq"
 BCRYPT_RE = re.compile(rb"^\$2[abxy]?\$(0[4-9]|[12]\d|3[01])\$[./A-Za-z0-9]{53}$")
+# TLS 1.2 and below without ``cipher_suites``: ECDHE with AES-GCM or ChaCha20-Poly1305 only
+# (AEAD with forward secrecy, RFC 9325 4.2), not OpenSSL's default list, which offers CBC
+# suites (Lucky13-style padding oracles).  TLS 1.3 suites are AEAD by definition.
+DEFAULT_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 
 TLS_VERSIONS = {
     "TLS10": ssl.TLSVersion.TLSv1,
@@ -342,13 +348,13 @@ def _ssl_context(t: TlsServerConfig, base: Path, problems: list[str]) -> ssl.SSL
         ctx.verify_mode = (
             ssl.CERT_REQUIRED if policy == "RequireAndVerifyClientCert" else ssl.CERT_OPTIONAL
         )
+    # The configured suites (an operator who lists CBC ones gets them), else AEAD only.
     ciphers = [GO_CIPHERS[c] for c in t.cipher_suites if c in GO_CIPHERS]
-    if ciphers:
-        try:
-            ctx.set_ciphers(":".join(ciphers))
-        except ssl.SSLError as exc:
-            problems.append(f"tls_server_config.cipher_suites: {exc}")
-            return None
+    try:
+        ctx.set_ciphers(":".join(ciphers) or DEFAULT_CIPHERS)
+    except ssl.SSLError as exc:
+        problems.append(f"tls_server_config.cipher_suites: {exc}")
+        return None
     if t.curve_preferences:
         ctx.set_ecdh_curve(GO_CURVES[t.curve_preferences[0]])
     if t.prefer_server_cipher_suites:
@@ -433,12 +439,31 @@ class TokenBucket:
         return False
 
 
+def bcrypt_cost(hashed: bytes) -> int | None:
+    """The cost (log2 rounds) written in a bcrypt hash; None if it is not one."""
+    m = BCRYPT_RE.match(hashed)
+    return int(m.group(1)) if m else None
+
+
+def dummy_hash(hashes: Iterable[bytes]) -> bytes:
+    """DUMMY_HASH at the cost most of ``hashes`` use (the higher on a tie), so that checking an
+    unknown user takes as long as checking one of them.  Only the cost field changes: checkpw
+    spends the same time whatever the stored digest, and no password matches it anyway (an
+    unknown user is refused whatever checkpw says)."""
+    costs = Counter(c for c in map(bcrypt_cost, hashes) if c is not None)
+    if not costs:
+        return DUMMY_HASH
+    cost = max(costs, key=lambda c: (costs[c], c))
+    return b"$2b$%02d$" % cost + DUMMY_HASH[7:]
+
+
 class BasicAuth:
     """bcrypt checks for one user table, cached and one at a time (each costs ~70 ms at cost
     10), off the event loop."""
 
     def __init__(self, users: dict[str, bytes]):
         self.users = users
+        self.dummy_hash = dummy_hash(users.values())
         self._cache: OrderedDict[bytes, bool] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -446,13 +471,13 @@ class BasicAuth:
         hashed = self.users.get(user)
         known = hashed is not None
         key = hashlib.sha256(
-            b"\0".join([user.encode(), hashed or DUMMY_HASH, password.encode()])
+            b"\0".join([user.encode(), hashed or self.dummy_hash, password.encode()])
         ).digest()
         with self._lock:
             verdict = self._cache.get(key)
             if verdict is None:
                 try:
-                    ok = bcrypt.checkpw(password.encode(), hashed or DUMMY_HASH)
+                    ok = bcrypt.checkpw(password.encode(), hashed or self.dummy_hash)
                 except ValueError:
                     ok = False
                 verdict = known and ok

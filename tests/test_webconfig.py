@@ -24,7 +24,7 @@ import aiohttp
 import bcrypt
 import pytest
 
-from exporters.webconfig import load_web_config
+from exporters.webconfig import BasicAuth, load_web_config
 from tests.deploykit import require_tool
 from tests.servicekit import RecordsCollector, running_service, wait_for
 
@@ -204,6 +204,51 @@ async def test_tls_with_basic_auth_and_the_minimum_version(tmp_path, pki):
             await fetch(url, ssl_ctx=old, auth=basic("prom", "s3cret"))
         # The certificate is the one the config names (verified against the test CA).
         assert service.http is not None and service.http.scheme == "https"
+
+
+async def test_tls12_offers_aead_suites_only(tmp_path, pki):
+    """Without ``cipher_suites``, a TLS 1.2 client that speaks only a CBC suite finds none in
+    common; one that speaks AES-GCM or ChaCha20-Poly1305 is served."""
+    web = write(
+        pki.dir / "web.yml",
+        {"tls_server_config": {"cert_file": "server.crt", "key_file": "server.key"}},
+    )
+    async with running_service(
+        service_config(tmp_path), collectors=collectors(), web_config=load_web_config(str(web))
+    ) as service:
+        url = f"https://127.0.0.1:{service.http_port}/metrics"
+
+        def tls12(suite: str) -> ssl.SSLContext:
+            ctx = client_ctx(pki)
+            ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+            ctx.set_ciphers(suite)
+            return ctx
+
+        for cbc in ("ECDHE-ECDSA-AES128-SHA256", "ECDHE-ECDSA-AES256-SHA"):
+            with pytest.raises(aiohttp.ClientError):
+                await fetch(url, ssl_ctx=tls12(cbc))
+        for aead in ("ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-CHACHA20-POLY1305"):
+            assert (await fetch(url, ssl_ctx=tls12(aead)))[0] == 200
+
+
+def test_an_unknown_user_is_checked_at_the_users_bcrypt_cost(monkeypatch):
+    """The hash an unknown name is checked against has the configured users' cost: at a fixed
+    cost 10 against users at cost 5 (or 12), how long a refusal took told which names exist."""
+    checked: list[bytes] = []
+    real = bcrypt.checkpw
+
+    def spy(password: bytes, hashed_password: bytes) -> bool:
+        checked.append(hashed_password)
+        return real(password, hashed_password)
+
+    monkeypatch.setattr(bcrypt, "checkpw", spy)
+    for cost in (5, 11):
+        users = {name: bcrypt.hashpw(b"pw", bcrypt.gensalt(cost)) for name in ("alice", "bob")}
+        auth = BasicAuth(users)
+        checked.clear()
+        assert not asyncio.run(auth.check("mallory", "guess"))
+        assert asyncio.run(auth.check("alice", "pw"))
+        assert [h[:7] for h in checked] == [b"$2b$%02d$" % cost] * 2, checked
 
 
 async def test_client_certificates_are_required_and_their_sans_checked(tmp_path, pki):
