@@ -62,6 +62,7 @@ class FileSource:
         self.tailer = tailer
         self.reader = reader
         tailer.reader = reader.read
+        tailer.health.mode = "file"  # the kernel backend used, as kmsg and journald name theirs
 
     @property
     def health(self) -> SourceHealth:

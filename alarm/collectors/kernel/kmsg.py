@@ -139,7 +139,7 @@ class KmsgCollector:
         self.buffer_limit = buffer_limit
         self.realtime = realtime  # drain's SCHED_FIFO priority (0: nice only); see kmsg_drain
         self.position: dict[str, Any] | None = dict(position) if position else None
-        self.health = SourceHealth(provenance_verified=True)
+        self.health = SourceHealth(provenance_verified=True, mode="kmsg")
         self.drain_pid: int | None = None  # exposed for tests (SIGSTOP) and benches
         # Set once the drain has fixed its starting point: what is logged after this is read.
         self.ready = asyncio.Event()
