@@ -10,7 +10,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from bench.detection import fleets, heldout, reference, score
+from bench.detection import fleets, heldout, longfleet, reference, score
 from bench.detection.fleets import Attack, Clock, Fleet, SurfaceInfo
 
 WEEK = Clock(fleets.ticks_per(7 * 86400.0))
@@ -576,3 +576,147 @@ def test_floors_are_judged_as_the_issue_states():
     assert rows["swarm of 30 surfaces each +60 % for 2 h"][1] == "1/1 (1 through the aggregate)"
     assert rows["drip_10bps"][2] == "met"  # 700 bits vs 8000: under a tenth
     assert "not met" in rows["burst"][2]  # 1 bit vs 5: x0.2
+
+
+# -- the long fleet (longfleet.py) ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def long_pair() -> tuple[Fleet, Fleet]:
+    """A 42-day long fleet and its benign twin."""
+    return fleets.FLEETS["long"](4), longfleet.long_fleet(4, attacks=False)
+
+
+def test_long_fleet_is_reproducible_by_seed(long_pair):
+    fleet = long_pair[0]
+    assert fleet.ticks == 42 * DAY and fleet.nbytes.dtype == np.int32
+    assert 100 <= len(fleet.surfaces) <= 130
+    short = longfleet.long_fleet(4, days=30)
+    again = longfleet.long_fleet(4, days=30)
+    assert np.array_equal(short.nbytes, again.nbytes)
+    assert np.array_equal(short.events, again.events)
+    assert [(a.kind, a.onset, a.columns) for a in short.attacks] == [
+        (a.kind, a.onset, a.columns) for a in again.attacks
+    ]
+    other = longfleet.long_fleet(5, days=30)
+    assert not np.array_equal(other.nbytes[:DAY], short.nbytes[:DAY])
+    # A surface depends on (seed, family, index) alone.
+    benign = long_pair[1]
+    for name in ("session-02", "late-start-01", "diurnal-00"):
+        family, _, index = name.rpartition("-")
+        alone = longfleet.generate(family, 4, int(index), benign.clock)
+        assert np.array_equal(alone.nbytes, benign.nbytes[:, benign.column(name)])
+    with pytest.raises(ValueError, match="30 days"):
+        longfleet.long_fleet(4, days=29)
+
+
+def test_long_fleet_families_and_mid_fleet_surfaces(long_pair):
+    fleet = long_pair[1]
+    got = {s.family for s in fleet.surfaces}
+    assert set(longfleet.LONG_MIX) | {"sandbox"} == got
+    late = [s for s in fleet.surfaces if s.family in longfleet.WRAPPERS]
+    assert len(late) == 8  # seven, and the late starter a secret is written into
+    for s in late:
+        j = fleet.column(s.name)
+        start = s.params["start_tick"]
+        assert 7 * DAY <= start <= 28 * DAY
+        assert not fleet.nbytes[:start, j].any() and not fleet.events[:start, j].any()
+        first = s.params["first_write_tick"]
+        assert first >= start and (first == fleet.ticks or fleet.nbytes[first, j] > 0)
+        assert s.exists_from == (first if s.family == "first-write" else 0)
+        # Benign time of a first-write surface starts at its first write.
+        assert score.benign_masks(fleet)[s.name].sum() == fleet.ticks - s.exists_from
+    for s in fleet.surfaces:
+        j = fleet.column(s.name)
+        if s.family in ("weekly-job", "fortnightly-job"):
+            runs = [a for a, _, _ in s.episodes]
+            assert len(runs) == (6 if s.family == "weekly-job" else 3)
+            gaps = np.diff(runs) * 10.0 / 86400.0
+            period = 7.0 if s.family == "weekly-job" else 14.0
+            assert np.all(np.abs(gaps - period) < 0.05)  # minutes of jitter
+            assert all(fleet.nbytes[a:b, j].all() for a, b, _ in s.episodes)
+        if s.family == "cache-once":
+            ((a, b, _),) = s.episodes
+            assert a < 5 * DAY + 1 and not fleet.nbytes[:a, j].any()
+            assert fleet.nbytes[a:b, j].sum() >= 0.9 * s.params["fill_bytes"]
+            if s.params["silent"]:
+                assert not fleet.nbytes[b:, j].any()
+    sandboxes = [s for s in fleet.surfaces if s.family == "sandbox"]
+    assert longfleet.SANDBOX_BLOCK[0] <= len(sandboxes) <= longfleet.SANDBOX_BLOCK[1]
+
+
+def test_long_fleet_attacks_ground_truth_and_onsets(long_pair):
+    attacked, benign = long_pair
+    assert 11 <= len(attacked.attacks) <= 16
+    diff = attacked.nbytes.astype(np.int64) - benign.nbytes
+    truth = np.zeros(diff.shape)
+    for a in attacked.attacks:
+        truth[a.onset : a.end, list(a.columns)] += a.bits
+        assert a.onset >= 2 * DAY
+    assert np.array_equal(8.0 * diff, truth)
+    assert any(2 * DAY <= a.onset < 3 * DAY for a in attacked.attacks)
+    kinds = {a.kind for a in attacked.attacks}
+    assert kinds == {
+        "slow_drip",
+        "curve_follower",
+        "scheduled_hide",
+        "secret_once",
+        "swarm_members",
+        "burst",
+        "ramp",
+        "beacon",
+    }
+    for a in attacked.attacks:
+        col = a.columns[0]
+        host = attacked.surfaces[col]
+        add = a.bits[:, 0] / 8.0
+        base = benign.nbytes[a.onset : a.end, col]
+        if a.kind != "swarm_members":
+            assert a.host_family == host.family
+        if a.kind == "slow_drip":
+            assert 2 <= a.params["bits_per_second"] <= 5 and a.end - a.onset >= 3 * DAY
+            assert a.total_bits == pytest.approx(
+                a.params["bits_per_second"] * (a.end - a.onset) * 10.0, abs=8
+            )
+        elif a.kind == "curve_follower":
+            assert not add[base == 0].any() and add[base > 0].any()
+        elif a.kind == "scheduled_hide":
+            assert a.params["occurrence"] >= 2
+            assert (a.onset, a.end, 1.0) in host.episodes
+        elif a.kind == "secret_once":
+            assert a.end - a.onset == 1 and a.total_bits == 256.0
+            assert attacked.events[a.onset, col] - benign.events[a.onset, col] == 1
+            silent = benign.nbytes[a.onset - 7 * DAY : a.onset + 1, col]
+            assert not silent.any()
+        elif a.kind == "swarm_members":
+            block = [j for j, s in enumerate(attacked.surfaces) if s.family == "sandbox"]
+            assert len(a.columns) >= 0.6 * len(block) and a.end - a.onset == 360
+            for j, c in enumerate(a.columns):
+                added = np.flatnonzero(a.bits[:, j])
+                assert 2 <= added.size <= 4
+                assert not benign.nbytes[a.onset + added, c].any()  # ticks it did not write in
+                median = attacked.surfaces[c].params["median"]
+                assert set(a.bits[added, j] / 8.0) == {max(1.0, float(np.round(median)))}
+
+
+def test_scheduled_occurrences_paged_after_the_first(long_pair):
+    fleet = long_pair[1]
+    job = next(s for s in fleet.surfaces if s.family == "weekly-job")
+    runs = sorted(job.episodes)
+    starts = {job.name: np.array([runs[0][0] + 3, runs[2][1] + 100, runs[2][1] + 120])}
+    res = score.score_fleet(fleet, starts)
+    first, first_paged, later, later_paged = res.scheduled["weekly-job"]
+    weekly = sum(s.family == "weekly-job" for s in fleet.surfaces)
+    assert (first, later) == (weekly, 5 * weekly)
+    assert (first_paged, later_paged) == (1, 1)  # two pages an hour after run 3: one occurrence
+    assert res.later_paged() == (1, res.later_paged()[1])
+    assert res.false_alarms["weekly-job"] == 3
+
+
+def test_heldout_picks_fleets_and_days():
+    assert heldout.parse_fleets("long") == ["long"]
+    assert heldout.parse_seeds("none") == []
+    with pytest.raises(Exception, match="comma list"):
+        heldout.parse_fleets("nope")
+    assert fleets.DEFAULT_FLEETS == ("main", "sandbox") and "long" in fleets.FLEETS
+    assert fleets.DEFAULT_DAYS["long"] == longfleet.LONG_DAYS

@@ -28,19 +28,32 @@ if str(ROOT) not in sys.path:
 
 from alarm.config import config_from_dict  # noqa: E402
 from bench.detection import fleets, score  # noqa: E402
-from bench.detection.heldout import parse_seeds, read_changes, resolve_window  # noqa: E402
+from bench.detection.heldout import (  # noqa: E402
+    parse_fleets,
+    parse_seeds,
+    read_changes,
+    resolve_window,
+)
 
 WEEK_S = 7 * 86400.0
 SETTING = 0.1  # false_alarms_per_week, the default of every rule
 
 
-def count(keep: Path, seeds: list[int], days: float) -> dict[tuple[str, str, int], list[float]]:
-    """(family, rule, week) -> [false pages, benign surface-weeks]; week 0 or 1 (the rest)."""
+def count(
+    keep: Path,
+    seeds: list[int],
+    days: float | None,
+    builders: tuple[str, ...] | list[str] = fleets.DEFAULT_FLEETS,
+) -> dict[tuple[str, str, int], list[float]]:
+    """(family, rule, week) -> [false pages, benign surface-weeks]; week 0 or 1 (the rest).
+    ``days`` None: each fleet's own (fleets.DEFAULT_DAYS)."""
     out: dict[tuple[str, str, int], list[float]] = {}
     rules = ("spike", "budget", "duty", "beacon")
     for seed in seeds:
-        for builder in fleets.FLEETS:
-            fleet = fleets.FLEETS[builder](seed, days)
+        for builder in builders:
+            fleet = fleets.FLEETS[builder](
+                seed, fleets.DEFAULT_DAYS[builder] if days is None else days
+            )
             alerts = keep / fleet.name / "alerts.jsonl"
             if not alerts.exists():
                 raise SystemExit(f"{alerts}: not found (run heldout.py with --keep {keep})")
@@ -72,9 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("keep", type=Path, help="the --keep directory of a heldout.py run")
     ap.add_argument("--seeds", type=parse_seeds, default=parse_seeds("6-25"))
-    ap.add_argument("--days", type=float, default=fleets.DAYS)
+    ap.add_argument("--days", type=float, default=None, help="default: each fleet's own")
+    ap.add_argument("--fleets", type=parse_fleets, default=list(fleets.DEFAULT_FLEETS))
     args = ap.parse_args(argv)
-    got = count(args.keep, args.seeds, args.days)
+    got = count(args.keep, args.seeds, args.days, args.fleets)
     families = sorted({f for f, _, _ in got})
     rules = sorted({r for _, r, _ in got})
     print(

@@ -90,6 +90,10 @@ latest start that ends an hour before the fleet does:
   surface and on an intermittent-lognormal one written in LU(1 %, 5 %) of ticks;
 - ``swarm`` (sandbox fleet): 30 sandboxes each write 60 % more than they do (bytes and events
   of every written tick x 1.6) for 2 h.
+
+The *long* fleet (six weeks of weekly and fortnightly jobs, sessions, caches filled once,
+surfaces appearing mid-fleet, attacks from day 2; ``FLEETS["long"]``) is longfleet.py's, with
+its families and attacks documented there.
 """
 
 from __future__ import annotations
@@ -97,7 +101,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -164,6 +168,9 @@ class SurfaceInfo:
     family: str
     params: dict[str, Any]
     episodes: tuple[tuple[int, int, float], ...] = ()
+    # The first tick the surface exists (its first write, for a surface that appears mid-fleet:
+    # longfleet.py); its benign time starts there.  capalarm's config declares it all along.
+    exists_from: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -550,10 +557,12 @@ def generate_surface(
     clock: Clock,
     kind: str | None = None,
     overrides: dict[str, Any] | None = None,
+    families: Mapping[str, Family] | None = None,
 ) -> SurfaceTrace:
     """One surface of ``family``, reproducible from (seed, family, index); ``overrides`` fixes
-    named parameters (tests, and hosts an attack needs of a certain shape)."""
-    spec = FAMILIES[family]
+    named parameters (tests, and hosts an attack needs of a certain shape); ``families``: the
+    registry to look ``family`` up in (FAMILIES unless given: longfleet.py has its own)."""
+    spec = (FAMILIES if families is None else families)[family]
     rng = surface_rng(seed, family, index)
     drawn_kind = spec.kinds[int(rng.integers(len(spec.kinds)))]
     kind = kind or drawn_kind
@@ -761,7 +770,24 @@ def sandbox_fleet(seed: int, days: float = DAYS, tick: float = TICK, attacks: bo
     return fleet
 
 
-FLEETS: dict[str, Callable[..., Fleet]] = {"main": main_fleet, "sandbox": sandbox_fleet}
+def long_fleet(
+    seed: int, days: float | None = None, tick: float = TICK, attacks: bool = True
+) -> Fleet:
+    """Six weeks of an organisation's schedules (bench/detection/longfleet.py)."""
+    from bench.detection import longfleet
+
+    return longfleet.long_fleet(seed, longfleet.LONG_DAYS if days is None else days, tick, attacks)
+
+
+FLEETS: dict[str, Callable[..., Fleet]] = {
+    "main": main_fleet,
+    "sandbox": sandbox_fleet,
+    "long": long_fleet,
+}
+# What heldout.py, false_pages.py and tick_pages.py run unless told otherwise (the long fleet
+# is three times as long: its own runs, ``--fleets long``).
+DEFAULT_FLEETS: tuple[str, ...] = ("main", "sandbox")
+DEFAULT_DAYS: dict[str, float] = {"main": DAYS, "sandbox": DAYS, "long": 42.0}
 
 
 # -- capalarm's input ------------------------------------------------------------------------

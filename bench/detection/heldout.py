@@ -1,10 +1,14 @@
 """Detection on held-out fleets: settings chosen on some seeds, figures reported on others.
 
     python bench/detection/heldout.py --seeds 6-25 [--choose 1-5] [--workers 2] [--days 14]
-        [--with-kind] [--no-capalarm] [--keep DIR]
+        [--fleets main,sandbox] [--with-kind] [--no-capalarm] [--no-references] [--keep DIR]
 
 Per seed two fleets (fleets.py): the *main* fleet (every benign family, attacks on held-out
-surfaces) and the *sandbox* fleet (dozens of small sandboxes, a swarm on 30 of them).
+surfaces) and the *sandbox* fleet (dozens of small sandboxes, a swarm on 30 of them), 14 days
+each.  ``--fleets long`` runs the *long* fleet instead (longfleet.py: six weeks of weekly and
+fortnightly jobs, sessions, caches filled once, surfaces appearing mid-fleet, attacks from
+day 2), 42 days unless ``--days`` says otherwise; ``--days`` applies to every fleet run.
+``--no-references`` runs capalarm alone (``--choose none``: no choice seeds either).
 
 - capalarm runs through its own backtest engine, ``alarm.backtest.run_backtest(config,
   [events.jsonl], out, workers=1)``, with the config a user would write (every surface declared
@@ -45,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.detection import fleets, reference, score  # noqa: E402
+from bench.detection import fleets, longfleet, reference, score  # noqa: E402
 
 FA_BUDGET = 1.0  # false alarms per surface-week: the references' operating point
 CHANCE = 0.01  # a detection whose chance (score.AttackOutcome.chance) is below this is real
@@ -53,7 +57,9 @@ KEPT_FIGURES = ("budget_tolerance_bits", "budget_excess_bits", "budget_horizon")
 
 
 def parse_seeds(text: str) -> list[int]:
-    """'6-25', '1,3,5-7' -> sorted seeds."""
+    """'6-25', '1,3,5-7' -> sorted seeds; 'none' -> none (for --choose)."""
+    if text.strip().lower() == "none":
+        return []
     out: set[int] = set()
     for part in text.split(","):
         part = part.strip()
@@ -74,8 +80,21 @@ def parse_seeds(text: str) -> list[int]:
     return sorted(out)
 
 
+def parse_fleets(text: str) -> list[str]:
+    """'main,sandbox', 'long' -> fleets.FLEETS keys."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in fleets.FLEETS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: fleets are a comma list of {', '.join(fleets.FLEETS)}"
+        )
+    return list(dict.fromkeys(names))
+
+
 def span(seeds: Iterable[int]) -> str:
     s = sorted(seeds)
+    if not s:
+        return "none"
     if s and s == list(range(s[0], s[-1] + 1)):
         return f"{s[0]}-{s[-1]}" if len(s) > 1 else str(s[0])
     return ",".join(map(str, s))
@@ -183,7 +202,7 @@ def run_capalarm(fleet: fleets.Fleet, workdir: Path, with_kind: bool) -> Capalar
 class Job:
     builder: str  # fleets.FLEETS key
     seed: int
-    days: float
+    days: float | None  # None: the builder's own (fleets.DEFAULT_DAYS)
     capalarm: bool
     with_kind: bool
     settings: list[reference.Setting]
@@ -204,7 +223,8 @@ class JobResult:
 
 def run_job(job: Job) -> JobResult:
     t0 = time.perf_counter()
-    fleet = fleets.FLEETS[job.builder](job.seed, job.days)
+    days = fleets.DEFAULT_DAYS[job.builder] if job.days is None else job.days
+    fleet = fleets.FLEETS[job.builder](job.seed, days)
     seconds = {"generate": time.perf_counter() - t0}
     cap = None
     if job.capalarm:
@@ -216,7 +236,7 @@ def run_job(job: Job) -> JobResult:
                 cap = run_capalarm(fleet, Path(tmp), job.with_kind)
         seconds["capalarm"] = time.perf_counter() - t1
     t2 = time.perf_counter()
-    refs = reference.evaluate(fleet, job.settings)
+    refs = reference.evaluate(fleet, job.settings) if job.settings else {}
     seconds["references"] = time.perf_counter() - t2
     return JobResult(
         fleet.name,
@@ -368,7 +388,8 @@ def family_rows(columns: list[tuple[str, score.FleetScore]]) -> list[list[str]]:
         for fam in s.weeks | s.false_alarms:
             if fam not in families:
                 families.append(fam)
-    order = [f for f in [*fleets.FAMILIES, score.AGGREGATE_FAMILY] if f in families]
+    known = [*fleets.FAMILIES, *longfleet.FAMILY_ORDER, score.AGGREGATE_FAMILY]
+    order = [f for f in known if f in families]
     order += sorted(f for f in families if f not in order)
     rows = []
     for fam in order:
@@ -450,16 +471,28 @@ def floors(
     def outs(kind: str) -> list[score.AttackOutcome]:
         return [o for o in cap.outcomes if o.attack == kind]
 
+    # A floor whose attacks the fleets do not hold (the long fleet has no 10 bit/s drips and
+    # no +60 % swarm) is left out.
     b = outs("burst")
     n = sum(o.detected and o.delay_ticks <= 2 for o in b)
-    rows.append(
-        ["bursts ≥ 30x for a minute: detected within 2 ticks", f"{n}/{len(b)}", ok(n == len(b))]
-    )
+    if b:
+        rows.append(
+            [
+                "bursts ≥ 30x for a minute: detected within 2 ticks",
+                f"{n}/{len(b)}",
+                ok(n == len(b)),
+            ]
+        )
     r = outs("ramp")
     n = sum(o.detected and o.leaked_bits <= o.total_bits / 10 for o in r)
-    rows.append(
-        ["ramps to 20x over 2 h: before 1/10 of the ramp's bits", f"{n}/{len(r)}", ok(n == len(r))]
-    )
+    if r:
+        rows.append(
+            [
+                "ramps to 20x over 2 h: before 1/10 of the ramp's bits",
+                f"{n}/{len(r)}",
+                ok(n == len(r)),
+            ]
+        )
     d = outs("drip_10bps") + outs("drip_100bps")
     n = 0
     unknown = 0
@@ -469,26 +502,40 @@ def floors(
             unknown += 1
         n += bool(o.detected and h is not None and o.leaked_bits <= float(h))
     note = f" ({unknown} alarms gave no tolerance)" if unknown else ""
-    rows.append(
-        [
-            "drips ≥ 10 bit/s on a quiet surface: before h bits (h: the alarm's budget tolerance)",
-            f"{n}/{len(d)}{note}",
-            ok(n == len(d)),
-        ]
-    )
+    if d:
+        rows.append(
+            [
+                "drips ≥ 10 bit/s on a quiet surface: before h bits (h: the alarm's budget "
+                "tolerance)",
+                f"{n}/{len(d)}{note}",
+                ok(n == len(d)),
+            ]
+        )
     bc = outs("beacon")
     n = sum(o.detected and o.beats <= 10 for o in bc)
-    rows.append(["beacons: within 10 beats", f"{n}/{len(bc)}", ok(n == len(bc))])
+    if bc:
+        rows.append(["beacons: within 10 beats", f"{n}/{len(bc)}", ok(n == len(bc))])
     sw = outs("swarm")
     n = sum(o.detected and o.delay_s <= 1800 for o in sw)
     via = sum(o.detected and o.by.startswith(score.AGGREGATE) for o in sw)
-    rows.append(
-        [
-            "swarm of 30 surfaces each +60 % for 2 h: within 30 min",
-            f"{n}/{len(sw)} ({via} through the aggregate)",
-            ok(n == len(sw)),
-        ]
-    )
+    if sw:
+        rows.append(
+            [
+                "swarm of 30 surfaces each +60 % for 2 h: within 30 min",
+                f"{n}/{len(sw)} ({via} through the aggregate)",
+                ok(n == len(sw)),
+            ]
+        )
+    paged, later = cap.later_paged()
+    if later:
+        rows.append(
+            [
+                "scheduled jobs page at most on their first occurrence: scheduled occurrences "
+                "paged after the first",
+                f"{paged} of {later}",
+                ok(paged == 0),
+            ]
+        )
     real = sum(o.detected and o.chance < CHANCE for o in cap.outcomes)
     rows.append(
         [
@@ -500,7 +547,7 @@ def floors(
     )
     # Every comparison at the setting chosen on the choice seeds (<= FA_BUDGET there), whatever
     # its false-alarm rate on the report seeds turned out to be: the stricter reading.
-    for attack in dict.fromkeys(o.attack for o in cap.outcomes):
+    for attack in dict.fromkeys(o.attack for o in cap.outcomes) if refs else ():
         mine = leak_by_attack(cap, attack)
         best_m, best = "", float("inf")
         for m, s in refs.items():
@@ -531,15 +578,24 @@ def report(
     seconds: float,
 ) -> str:
     tick = fleets.TICK
+    days = ", ".join(
+        f"{b} {fleets.DEFAULT_DAYS[b] if args.days is None else args.days:g} days"
+        for b in args.fleets
+    )
     out = [
         f"## Held-out detection benchmark — report seeds {span(args.seeds)}, "
-        f"{args.days:g} days, tick {tick:g} s",
+        f"fleets {days}, tick {tick:g} s",
         "",
-        f"**Protocol:** settings chosen on seeds {span(args.choose)}, reported on seeds "
-        f"{span(args.seeds)} (no seed in both). capalarm runs on its defaults (any tuning of "
-        f"them belongs on the choice seeds, whose figures are shown below); each comparison "
-        f"detector keeps the setting of its grid with ≤ {FA_BUDGET:g} false alarm per "
-        f"surface-week on the choice seeds that detects most attacks there.",
+        (
+            f"**Protocol:** settings chosen on seeds {span(args.choose)}, reported on seeds "
+            f"{span(args.seeds)} (no seed in both). capalarm runs on its defaults (any tuning "
+            f"of them belongs on the choice seeds, whose figures are shown below); each "
+            f"comparison detector keeps the setting of its grid with ≤ {FA_BUDGET:g} false "
+            f"alarm per surface-week on the choice seeds that detects most attacks there."
+            if args.choose
+            else f"**Protocol:** capalarm alone, on its defaults, on seeds {span(args.seeds)}; "
+            f"no choice seeds and no comparison detectors (--choose none --no-references)."
+        ),
         "",
         f"**Code path:** {code_path()}; events {'with' if args.with_kind else 'without'} a "
         f"`kind` field; config: every surface declared with name and kind, nothing else.",
@@ -569,7 +625,7 @@ def report(
     refs: dict[str, score.FleetScore] = {}
     for method, (setting, _, _) in chosen.items():
         refs[f"{method} ({setting.label})"] = pooled(r.references[setting] for r in held)
-    for method in reference.PUBLISHED:
+    for method in reference.PUBLISHED if chosen else ():
         pub = next(s for s in reference.grid(method) if s.published)
         refs[f"{method} (published {pub.threshold:g})"] = pooled(r.references[pub] for r in held)
     columns += list(refs.items())
@@ -580,21 +636,43 @@ def report(
             family_rows(columns),
         )
     )
-    out.append(
-        table(
-            "Comparison settings chosen on the choice seeds",
-            [
-                "method",
-                "setting",
-                f"FA / surface-week on seeds {span(args.choose)}",
-                f"≤ {FA_BUDGET:g}",
-            ],
-            [
-                [m, s.label, f"{fa:.2f}", "yes" if met else "**no**"]
-                for m, (s, fa, met) in chosen.items()
-            ],
+    sched = [(name, s) for name, s in columns if s.scheduled]
+    if sched:
+        fams = list(dict.fromkeys(f for _, s in sched for f in s.scheduled))
+        rows = []
+        for fam in [*fams, None]:
+            cells = []
+            for _, s in sched:
+                c = [0, 0, 0, 0]
+                for f, counts in s.scheduled.items():
+                    if fam in (None, f):
+                        c = [x + y for x, y in zip(c, counts, strict=True)]
+                cells.append(f"{c[1]}/{c[0]}, **{c[3]}/{c[2]}**")
+            rows.append(["**all**" if fam is None else fam, *cells])
+        out.append(
+            table(
+                "Scheduled occurrences paged (an incident on the job's surface from the run's "
+                "start to an hour after its end; first occurrences, then **after the first**)",
+                ["family", *[name for name, _ in sched]],
+                rows,
+            )
         )
-    )
+    if chosen:
+        out.append(
+            table(
+                "Comparison settings chosen on the choice seeds",
+                [
+                    "method",
+                    "setting",
+                    f"FA / surface-week on seeds {span(args.choose)}",
+                    f"≤ {FA_BUDGET:g}",
+                ],
+                [
+                    [m, s.label, f"{fa:.2f}", "yes" if met else "**no**"]
+                    for m, (s, fa, met) in chosen.items()
+                ],
+            )
+        )
     if cap_ok:
         inc = {}
         for c in cap_held:
@@ -672,31 +750,55 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=parse_seeds, default=parse_seeds("6-25"))
     ap.add_argument("--choose", type=parse_seeds, default=parse_seeds("1-5"))
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--days", type=float, default=fleets.DAYS)
+    ap.add_argument(
+        "--days",
+        type=float,
+        default=None,
+        help="days of every fleet (default: each fleet's own, 14; the long fleet 42)",
+    )
+    ap.add_argument(
+        "--fleets",
+        type=parse_fleets,
+        default=list(fleets.DEFAULT_FLEETS),
+        help=f"comma list of {', '.join(fleets.FLEETS)} (default: "
+        f"{','.join(fleets.DEFAULT_FLEETS)})",
+    )
     ap.add_argument("--with-kind", action="store_true", help="write `kind` into each event")
     ap.add_argument("--no-capalarm", action="store_true", help="only the comparison detectors")
+    ap.add_argument(
+        "--no-references", action="store_true", help="only capalarm, no comparison detectors"
+    )
     ap.add_argument("--keep", help="keep each fleet's events, config and alerts under this dir")
     args = ap.parse_args(argv)
     overlap = set(args.seeds) & set(args.choose)
     if overlap:
         ap.error(f"seeds {span(overlap)} are both chosen on and reported: the protocol forbids it")
-    if args.days < 10:
+    if not args.seeds:
+        ap.error("--seeds: no report seeds")
+    if args.no_capalarm and args.no_references:
+        ap.error("--no-capalarm and --no-references: nothing to run")
+    if not args.choose and not args.no_references:
+        ap.error("--choose none: the comparison detectors choose their settings there")
+    if args.days is not None and args.days < 10:
         ap.error("--days: attacks start after a week of history and drips run 3 days: >= 10")
+    if args.days is not None and "long" in args.fleets and args.days < longfleet.MIN_DAYS:
+        ap.error(f"--days: the long fleet needs {longfleet.MIN_DAYS:g} days or more")
     t0 = time.perf_counter()
-    grids = [s for m in reference.METHODS for s in reference.grid(m)]
+    grids = [] if args.no_references else [s for m in reference.METHODS for s in reference.grid(m)]
 
     def jobs(seeds: list[int], settings: list[reference.Setting]) -> list[Job]:
         return [
             Job(b, seed, args.days, not args.no_capalarm, args.with_kind, settings, args.keep)
             for seed in seeds
-            for b in fleets.FLEETS
+            for b in args.fleets
         ]
 
     print(f"choice seeds {span(args.choose)}:", file=sys.stderr)
-    choice = run_jobs(jobs(args.choose, grids), args.workers)
-    chosen = {m: choose(m, choice) for m in reference.METHODS}
+    choice = run_jobs(jobs(args.choose, grids), args.workers) if args.choose else []
+    chosen = {} if args.no_references else {m: choose(m, choice) for m in reference.METHODS}
     keep = [s for s, _, _ in chosen.values()]
-    keep += [s for m in reference.PUBLISHED for s in reference.grid(m) if s.published]
+    if chosen:
+        keep += [s for m in reference.PUBLISHED for s in reference.grid(m) if s.published]
     print(f"report seeds {span(args.seeds)}:", file=sys.stderr)
     held = run_jobs(jobs(args.seeds, keep), args.workers)
     print(report(args, chosen, choice, held, time.perf_counter() - t0))

@@ -117,11 +117,20 @@ def score(
 #   surfaces (its unclassified row counts as a member), which the fleet does not hold: such
 #   incidents are counted (families "(unclassified)", "(source)", "(aggregate)") with no
 #   surface-weeks.
+# - A surface that exists only from its first write (SurfaceInfo.exists_from, longfleet.py's
+#   first-write family) has no benign time before it: neither surface-weeks nor false alarms.
+# - Scheduled occurrences: on every surface whose params say ``scheduled`` (longfleet.py's
+#   weekly and fortnightly jobs, and late starters built on them), each of its runs (its
+#   episodes) is an occurrence, *paged* when an incident starts on the surface from the run's
+#   first tick to HELDOUT_GRACE_S after its last; a run overlapping an attack window on the
+#   surface is left out.  Counted per family: first occurrences and later ones, and how many
+#   of each paged (the floor: a scheduled event pages at most on its first occurrence).
 
 HELDOUT_GRACE_S = 3600.0
 AGGREGATE = "(all)"
 AGGREGATE_FAMILY = "(aggregate)"
 AGGREGATE_MIN_MEMBERS = 4  # capalarm's default aggregates.<kind>.min_members
+SWARM_KINDS = ("swarm", "swarm_members")  # attacks also detected on their kind's aggregate
 WEEK_S = 7 * 86400.0
 
 
@@ -240,6 +249,9 @@ class FleetScore:
     false_alarms: dict[str, int] = field(default_factory=dict)  # by family
     weeks: dict[str, float] = field(default_factory=dict)  # benign surface-weeks by family
     outcomes: list[AttackOutcome] = field(default_factory=list)
+    # By family of scheduled surfaces: [first occurrences, of them paged, later occurrences,
+    # of them paged].
+    scheduled: dict[str, list[int]] = field(default_factory=dict)
 
     def add(self, other: FleetScore) -> None:
         for fam, n in other.false_alarms.items():
@@ -247,6 +259,17 @@ class FleetScore:
         for fam, w in other.weeks.items():
             self.weeks[fam] = self.weeks.get(fam, 0.0) + w
         self.outcomes += other.outcomes
+        for fam, counts in other.scheduled.items():
+            mine = self.scheduled.setdefault(fam, [0, 0, 0, 0])
+            for i, n in enumerate(counts):
+                mine[i] += n
+
+    def later_paged(self) -> tuple[int, int]:
+        """(scheduled occurrences after the first that paged, such occurrences)."""
+        return (
+            sum(c[3] for c in self.scheduled.values()),
+            sum(c[2] for c in self.scheduled.values()),
+        )
 
     def rate(self, family: str | None = None) -> float:
         """False alarms per surface-week, of one family or overall."""
@@ -284,6 +307,8 @@ def benign_masks(fleet: fleets.Fleet) -> dict[str, np.ndarray]:
     out = {}
     for name, _, cols in targets(fleet):
         m = np.ones(fleet.ticks, dtype=bool)
+        if len(cols) == 1 and name == fleet.surfaces[cols[0]].name:
+            m[: fleet.surfaces[cols[0]].exists_from] = False
         for a in fleet.attacks:
             if set(a.columns) & set(cols):
                 m[a.onset : a.end + grace] = False
@@ -321,7 +346,7 @@ def score_fleet(
     grace = fleets.ticks_per(HELDOUT_GRACE_S, tick)
     for a in fleet.attacks:
         hosts = [fleet.surfaces[c].name for c in a.columns]
-        if a.kind == "swarm":
+        if a.kind in SWARM_KINDS:
             kinds = {fleet.surfaces[c].kind for c in a.columns}
             hosts += [aggregate_target(k) for k in sorted(kinds)]
         first, by = None, ""
@@ -370,4 +395,28 @@ def score_fleet(
                 float(-np.expm1(-background * (first - a.onset + 1))),
             )
         )
+    res.scheduled = scheduled_pages(fleet, starts, benign)
     return res
+
+
+def scheduled_pages(
+    fleet: fleets.Fleet, starts: Mapping[str, np.ndarray], benign: Mapping[str, np.ndarray]
+) -> dict[str, list[int]]:
+    """Per family of scheduled surfaces: [first occurrences, paged, later ones, paged]."""
+    grace = fleets.ticks_per(HELDOUT_GRACE_S, fleet.clock.tick)
+    out: dict[str, list[int]] = {}
+    for s in fleet.surfaces:
+        if not s.params.get("scheduled"):
+            continue
+        counts = out.setdefault(s.family, [0, 0, 0, 0])
+        at = np.asarray(starts.get(s.name, ()), dtype=np.int64)
+        ok = benign[s.name]
+        for k, (a, b, _) in enumerate(sorted(s.episodes)):
+            hi = min(fleet.ticks, b + grace)
+            if not ok[a:hi].all():
+                continue  # an attack's window: not a benign occurrence
+            paged = bool(((at >= a) & (at < hi)).any())
+            slot = 0 if k == 0 else 2
+            counts[slot] += 1
+            counts[slot + 1] += paged
+    return out

@@ -47,12 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("keep", type=Path, help="the --keep directory of a heldout.py run")
     ap.add_argument("--tick", default="60s")
     ap.add_argument("--seeds", type=parse_seeds, default=parse_seeds("6-25"))
-    ap.add_argument("--days", type=float, default=fleets.DAYS)
+    ap.add_argument("--days", type=float, default=None, help="default: each fleet's own")
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
     other = args.keep.with_name(f"{args.keep.name}-{args.tick}")
     # fleets.py names each fleet "<builder>-s<seed>" (main-s6, sandbox-s6).
-    names = [f"{b}-s{seed}" for seed in args.seeds for b in fleets.FLEETS]
+    names = [f"{b}-s{seed}" for seed in args.seeds for b in fleets.DEFAULT_FLEETS]
     with ProcessPoolExecutor(args.workers) as pool:
         jobs = [pool.submit(rerun, args.keep / n, other / n, args.tick) for n in names]
         for job in jobs:
