@@ -9,7 +9,7 @@ half of its ticks (sizes lognormal), as JSON lines in time order — 2.24M event
 surfaces over 14 days — written twice: in the canonical order ``{"ts", "surface", "bytes",
 "events", "kind"}`` and reordered ``{"kind", "bytes", "ts", "surface", "events"}`` (a legal
 order that capalarm once read only through json.loads, issue 26).  Runs, median of ``--reps``
-each, on the installed package:
+each (a rep of each in turn), on the installed package:
 
 - ``capalarm backtest`` on each file (the service's pipeline with a replay clock; every
   surface declared with its kind, default settings), its peak RSS from the kernel's
@@ -176,9 +176,14 @@ def reader(summary: dict) -> str:
     return f"{name}, {summary.get('json_lines', '?'):,} lines through json.loads"
 
 
-def median_run(path: Path, workers: int, reps: int, native: bool = True) -> tuple:
-    runs = [run_capalarm(path, workers, native) for _ in range(reps)]
-    return statistics.median(r[0] for r in runs), max(r[1] for r in runs), runs[-1][2]
+def median_runs(workers: int, reps: int, configs: list[tuple[Path, bool]]) -> list[tuple]:
+    """Median seconds, peak RSS and last summary of each (file, native) run, the runs
+    interleaved (a rep of each in turn) so that a shared machine's load falls on all alike."""
+    runs: list[list[tuple[float, float, dict]]] = [[] for _ in configs]
+    for _ in range(reps):
+        for i, (path, native) in enumerate(configs):
+            runs[i].append(run_capalarm(path, workers, native))
+    return [(statistics.median(r[0] for r in rs), max(r[1] for r in rs), rs[-1][2]) for rs in runs]
 
 
 def main() -> int:
@@ -197,9 +202,9 @@ def main() -> int:
         n_other = generate(other, args.surfaces, args.days, order=REORDERED)
         assert n_other == n
         ref = statistics.median(reference(path) for _ in range(args.reps))
-        secs, peak, summary = median_run(path, args.workers, args.reps)
-        secs_o, peak_o, summary_o = median_run(other, args.workers, args.reps)
-        secs_j, peak_j, summary_j = median_run(other, args.workers, args.reps, native=False)
+        (secs, peak, summary), (secs_o, peak_o, summary_o), (secs_j, peak_j, summary_j) = (
+            median_runs(args.workers, args.reps, [(path, True), (other, True), (other, False)])
+        )
         double = Path(tmp) / "events2.jsonl"
         n2 = generate(double, args.surfaces, args.days * 2)
         secs2, peak2, _ = run_capalarm(double, args.workers)
