@@ -15,7 +15,7 @@ import sys
 from typing import Any, NoReturn
 
 from alarm import __version__
-from alarm.config import Config, ConfigError, load_config
+from alarm.config import Config, ConfigError, config_warnings, load_config
 
 EXIT_RUNTIME = 1
 EXIT_CONFIG = 2
@@ -138,9 +138,15 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     if path is None or (args.config and args.file):
         fail(EXIT_CONFIG, "check-config: give one config file (FILE or --config FILE)")
     config = _load(path)
+    # Valid but almost certainly not meant (a config that watches nothing): said on stderr,
+    # and on the ok line, with exit 0 all the same.
+    warnings = config_warnings(config)
+    for warning in warnings:
+        print(f"capalarm: warning: {path}: {warning}", file=sys.stderr)
+    said = f", {len(warnings)} warning{'s' * (len(warnings) != 1)}" if warnings else ""
     print(
         f"{path}: ok ({len(config.sources)} sources, {len(config.surfaces)} surfaces, "
-        f"tick {config.tick:g}s)"
+        f"tick {config.tick:g}s{said})"
     )
     return 0
 

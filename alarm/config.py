@@ -388,33 +388,23 @@ class Config(Strict):
             raise ValueError("tick must be between 50ms and 1h")
         return value
 
+    # The whole-config checks.  pydantic runs them only once every field is valid, so
+    # config_from_dict also runs them on the raw data (_cross_problems) and reports them with
+    # the field errors in one pass; both use the same functions, so the lines are the same.
     @model_validator(mode="after")
     def _unique_names(self) -> Config:
-        for label, names in (
-            ("surfaces", [s.name for s in self.surfaces]),
-            ("sources", [s.name for s in self.sources]),
-        ):
-            seen: set[str] = set()
-            for n in names:
-                if n in seen:
-                    raise ValueError(f"{label}: name {n!r} is declared twice")
-                seen.add(n)
+        problems = _duplicate_names("surfaces", [s.name for s in self.surfaces])
+        problems += _duplicate_names("sources", [s.name for s in self.sources])
+        if problems:
+            raise ValueError(problems[0])
         return self
 
     @model_validator(mode="after")
     def _selected_sources_exist(self) -> Config:
         kinds = {s.name: SOURCE_TYPES[s.type].kind for s in self.sources}
-        for i, surface in enumerate(self.surfaces):
-            for name in surface.match.source:
-                if name not in kinds:
-                    raise ValueError(
-                        f"surfaces[{i}].match.source: no source named {name!r} is declared"
-                    )
-                if kinds[name] != surface.kind:
-                    raise ValueError(
-                        f"surfaces[{i}].match.source: source {name!r} feeds {kinds[name]} "
-                        f"surfaces, not {surface.kind}"
-                    )
+        problems = _source_references(kinds, [(s.kind, s.match.source) for s in self.surfaces])
+        if problems:
+            raise ValueError(problems[0])
         return self
 
     @model_validator(mode="after")
@@ -423,11 +413,11 @@ class Config(Strict):
         if canary is None:
             return self
         kinds = {s.name: SOURCE_TYPES[s.type].kind for s in self.sources}
-        for name in canary.sources:
-            if kinds.get(name) != "egress":
-                raise ValueError(f"egress_canary.sources: {name!r} is not a declared kernel source")
         # No kernel source at all is allowed: the chart gives the same keys to the pollers'
         # Deployment, which reads no fence; there the canary sends nothing.
+        problems = _canary_references(kinds, canary.sources)
+        if problems:
+            raise ValueError(problems[0])
         return self
 
     def source_kind(self, name: str) -> str:
@@ -446,6 +436,82 @@ class Config(Strict):
         return self.unclassified.get(kind) or BudgetRule(**DEFAULT_BUDGETS[UNCLASSIFIED])  # type: ignore[call-overload]
 
 
+def _duplicate_names(label: str, names: list[Any]) -> list[str]:
+    seen: set[Any] = set()
+    problems: list[str] = []
+    for n in names:
+        line = f"{label}: name {n!r} is declared twice"
+        if n in seen and line not in problems:
+            problems.append(line)
+        seen.add(n)
+    return problems
+
+
+def _source_references(kinds: dict[str, str], surfaces: list[tuple[str, list[Any]]]) -> list[str]:
+    """``match.source`` of each surface, given as (kind, source names), against the sources
+    declared (name -> the kind of surface each feeds)."""
+    problems = []
+    for i, (kind, names) in enumerate(surfaces):
+        for name in names:
+            if name not in kinds:
+                problems.append(f"surfaces[{i}].match.source: no source named {name!r} is declared")
+            elif kinds[name] != kind:
+                problems.append(
+                    f"surfaces[{i}].match.source: source {name!r} feeds {kinds[name]} "
+                    f"surfaces, not {kind}"
+                )
+    return problems
+
+
+def _canary_references(kinds: dict[str, str], names: list[Any]) -> list[str]:
+    return [
+        f"egress_canary.sources: {name!r} is not a declared kernel source"
+        for name in names
+        if kinds.get(name) != "egress"
+    ]
+
+
+def _cross_problems(data: dict[str, Any]) -> list[str]:
+    """The whole-config checks, on the raw data as far as it can be read: what they find is
+    reported together with the field errors, not only once those are fixed."""
+
+    def items(key: str, default: list[Any]) -> list[dict[str, Any]]:
+        value = data.get(key, default)  # an item that is not a mapping keeps its index
+        return [x if isinstance(x, dict) else {} for x in value] if isinstance(value, list) else []
+
+    def names(values: Any) -> list[Any]:
+        if not isinstance(values, list):
+            return []
+        return [v for v in values if isinstance(v, str)]
+
+    def text(item: dict[str, Any], key: str, default: str) -> str:
+        value = item.get(key, default)
+        return value if isinstance(value, str) else ""  # "": not a known type or kind
+
+    sources = items("sources", [{"name": "kernel"}])
+    surfaces = items("surfaces", [])
+    problems = _duplicate_names("surfaces", names([s.get("name") for s in surfaces]))
+    problems += _duplicate_names("sources", names([s.get("name") for s in sources]))
+    kinds = {
+        s["name"]: SOURCE_TYPES[text(s, "type", "auto")].kind
+        for s in sources
+        if isinstance(s.get("name"), str) and text(s, "type", "auto") in SOURCE_TYPES
+    }
+    if all(text(s, "type", "auto") in SOURCE_TYPES for s in sources):
+        # every source's kind is known, so a reference to one can be judged
+        refs = []
+        for s in surfaces:
+            match = s.get("match")
+            kind = text(s, "kind", "egress")
+            ok = isinstance(match, dict) and kind in SURFACE_KINDS
+            refs.append((kind, names(match.get("source")) if ok else []))  # type: ignore[union-attr]
+        problems += _source_references(kinds, refs)
+        canary = data.get("egress_canary")
+        if isinstance(canary, dict):
+            problems += _canary_references(kinds, names(canary.get("sources")))
+    return problems
+
+
 def config_from_dict(data: Any) -> Config:
     if data is None:
         data = {}
@@ -454,8 +520,27 @@ def config_from_dict(data: Any) -> Config:
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        problems = problems_of(exc, _UNION_TAGS)
-        raise ConfigError([_match_hint(p, data) for p in problems]) from None
+        problems = [_match_hint(p, data) for p in problems_of(exc, _UNION_TAGS)]
+    problems += [p for p in _cross_problems(data) if p not in problems]
+    raise ConfigError(problems)
+
+
+def _types_feeding(kind: str) -> list[str]:
+    return [name for name, t in SOURCE_TYPES.items() if t.kind == kind]
+
+
+def config_warnings(config: Config) -> list[str]:
+    """What is valid but almost certainly not meant: a config that watches nothing, or a
+    surface no source feeds.  ``check-config`` says these and still exits 0."""
+    if not config.sources:
+        return ["sources: none declared, so this config watches nothing (no writes are counted)"]
+    fed = {SOURCE_TYPES[s.type].kind for s in config.sources}
+    return [
+        f"surfaces[{i}] ({s.name!r}): no source feeds {s.kind} surfaces, so it watches nothing "
+        f"(declare a source of type {' or '.join(sorted(_types_feeding(s.kind)))})"
+        for i, s in enumerate(config.surfaces)
+        if s.kind not in fed
+    ]
 
 
 def _match_hint(problem: str, data: dict[str, Any]) -> str:
@@ -490,7 +575,7 @@ def load_config(path: str | Path | None) -> Config:
             raise ConfigError([f"(file): {path} is not UTF-8 text"]) from None
         source = str(path)
     try:
-        data = load_yaml(text)
+        data = load_yaml(text, source)
     except yaml.YAMLError as exc:
         first = " ".join(str(exc).split())
         raise ConfigError([f"(yaml): {source} is not valid YAML: {first}"]) from None

@@ -37,10 +37,15 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def load_yaml(text: str) -> Any:
+def load_yaml(text: str, name: str = "the YAML text") -> Any:
     """``text``'s YAML document; yaml.YAMLError when it is not YAML, repeats a key or nests
-    deeper than the parser's recursion can follow (PyYAML raises RecursionError there)."""
+    deeper than the parser's recursion can follow (PyYAML raises RecursionError there).
+    Positions in the error name ``name`` (the file), not PyYAML's "<unicode string>"."""
+    loader = _StrictLoader(text)
+    loader.name = name  # the reader stamps every mark (line, column) with this
     try:
-        return yaml.load(text, Loader=_StrictLoader)
+        return loader.get_single_data()
     except RecursionError:
         raise yaml.YAMLError("nested too deeply to read") from None
+    finally:
+        loader.dispose()

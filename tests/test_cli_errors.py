@@ -240,6 +240,9 @@ def test_write_events_take_their_kind_from_the_declared_surface_and_strays_are_r
         ("surfaces: [{name: s, kind: fs, name: t}]", "key 'name' given twice"),
         # nested past the YAML parser's recursion (RecursionError inside PyYAML)
         pytest.param("surfaces: " + "[" * 20_000, "(yaml)", id="nested-too-deep"),
+        # a protocol the kernel never prints after PROTO=: the surface would match nothing
+        ("surfaces: [{name: s, match: {proto: [udpp]}}]", "surfaces[0].match.proto[0]"),
+        ("surfaces: [{name: s, match: {proto: [tcp, sctp]}}]", "surfaces[0].match.proto[1]"),
     ],
 )
 def test_bad_config_is_exit_2_naming_the_key(tmp_path, body, key):
@@ -247,3 +250,71 @@ def test_bad_config_is_exit_2_naming_the_key(tmp_path, body, key):
     cfg.write_text(body + "\n")
     res = capalarm("check-config", str(cfg))
     assert res.returncode == 2 and key in one_line(res)
+    assert "<unicode string>" not in res.stderr
+
+
+def test_check_config_names_every_problem_in_one_pass(tmp_path):
+    """A duplicate surface name used to appear only once the schema errors were fixed."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "surfaces:\n"
+        "  - {name: proxy, match: {proto: [udpp]}}\n"
+        "  - {name: proxy, spike: {z: -1}}\n"
+        "  - {name: cache, kind: fs, match: {source: [nowhere]}}\n"
+    )
+    res = capalarm("check-config", str(cfg))
+    line = one_line(res)
+    assert res.returncode == 2
+    for key in (
+        "surfaces[0].match.proto[0]: unknown protocol 'udpp'",
+        "surfaces[1].spike.z",
+        "surfaces: name 'proxy' is declared twice",
+        "surfaces[2].match.source: no source named 'nowhere' is declared",
+    ):
+        assert key in line, (key, line)
+
+
+@pytest.mark.parametrize(
+    ("body", "warning"),
+    [
+        ("sources: []\n", "sources: none declared, so this config watches nothing"),
+        (
+            "surfaces: [{name: cache, kind: fs}]\n",
+            "surfaces[0] ('cache'): no source feeds fs surfaces, so it watches nothing",
+        ),
+    ],
+)
+def test_check_config_warns_about_a_config_that_watches_nothing(tmp_path, body, warning):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(body)
+    res = capalarm("check-config", str(cfg))
+    assert res.returncode == 0  # valid: a warning, not an error
+    [said] = res.stderr.splitlines()
+    assert said.startswith(f"capalarm: warning: {cfg}: {warning}"), said
+    assert res.stdout.startswith(f"{cfg}: ok (") and res.stdout.endswith(", 1 warning)\n")
+
+
+def test_check_config_of_a_config_that_watches_something_has_no_warning(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("surfaces: [{name: proxy, match: {dport: [443], proto: [tcp]}}]\n")
+    res = capalarm("check-config", str(cfg))
+    assert res.returncode == 0 and res.stderr == ""
+    assert res.stdout == f"{cfg}: ok (1 sources, 1 surfaces, tick 10s)\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        ("tick: 10s\nsurfaces:\n  - name: [a\n", "line 3, column 11"),
+        ("tick: 10s\ntick: 1h\n", "line 2, column 1"),
+        ("tick: 10s\n  bad indent: 1\n", "line 2"),
+    ],
+)
+def test_yaml_errors_name_the_file_not_a_unicode_string(tmp_path, body, where):
+    cfg = tmp_path / "capalarm.yaml"
+    cfg.write_text(body)
+    res = capalarm("check-config", str(cfg))
+    line = one_line(res)
+    assert res.returncode == 2
+    assert "<unicode string>" not in line
+    assert f'in "{cfg}", {where}' in line, line

@@ -3,7 +3,13 @@ import sys
 
 import pytest
 
-from alarm.config import ConfigError, config_from_dict, load_config, parse_duration
+from alarm.config import (
+    ConfigError,
+    config_from_dict,
+    config_warnings,
+    load_config,
+    parse_duration,
+)
 
 
 def test_embedded_default_is_valid_and_watches_the_kernel_log():
@@ -45,6 +51,9 @@ def test_every_problem_is_named_by_its_key_path():
         "sources[0].paths:",
         "webhooks[0].url:",
         "typo_key:",
+        # a whole-config check, in the same pass as the field errors (pydantic alone runs it
+        # only once every field is valid, so it showed up after the first batch was fixed)
+        "surfaces: name 'ok' is declared twice",
     ):
         assert expected in text, (expected, text)
 
@@ -96,3 +105,98 @@ def test_run_with_an_unreadable_secret_exits_2_naming_it(tmp_path):
     assert res.returncode == 2
     assert "notifications.destinations[0]" in res.stderr and "CAPALARM_TEST_UNSET" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_whole_config_problems_come_with_the_field_errors_in_one_pass():
+    with pytest.raises(ConfigError) as err:
+        config_from_dict(
+            {
+                "sources": [{"name": "k", "type": "kmsg"}, {"name": "k", "type": "kmsg"}],
+                "surfaces": [
+                    {"name": "a", "spike": {"z": -1}},
+                    {"name": "a", "match": {"source": ["nope"]}},
+                    {"name": "b", "kind": "fs", "match": {"source": ["k"]}},
+                    {"name": "b"},
+                ],
+                "egress_canary": {"sources": ["ghost"]},
+            }
+        )
+    assert set(err.value.problems) >= {
+        "surfaces[0].spike.z: Input should be greater than 0",
+        "surfaces: name 'a' is declared twice",
+        "surfaces: name 'b' is declared twice",
+        "sources: name 'k' is declared twice",
+        "surfaces[1].match.source: no source named 'nope' is declared",
+        "surfaces[2].match.source: source 'k' feeds egress surfaces, not fs",
+        "egress_canary.sources: 'ghost' is not a declared kernel source",
+    }, err.value.problems
+    assert len(err.value.problems) == len(set(err.value.problems))  # each said once
+
+
+def test_whole_config_problems_alone_are_all_named_too():
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({"surfaces": [{"name": "a"}, {"name": "a"}, {"name": "b"}, {"name": "b"}]})
+    assert err.value.problems == [
+        "surfaces: name 'a' is declared twice",
+        "surfaces: name 'b' is declared twice",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("proto", "message"),
+    [
+        ("udpp", "unknown protocol 'udpp': the kernel logs tcp, udp, udplite, icmp, icmpv6"),
+        ("sctp", "'sctp': the kernel logs it as PROTO=132: write 132"),
+        ("ipv6-icmp", "PROTO=ICMPv6: write icmpv6"),
+        (6, "the kernel logs protocol 6 as PROTO=TCP: write tcp"),
+        ("17", "the kernel logs protocol 17 as PROTO=UDP: write udp"),
+        (256, "protocol 256 is not an IP protocol number (0-255)"),
+        (True, "True is not a protocol"),
+        ("", "unknown protocol ''"),
+    ],
+)
+def test_a_protocol_the_kernel_never_logs_is_rejected_naming_the_item(proto, message):
+    """The classifier compares ``match.proto`` with the PROTO= the kernel printed: a name it
+    never prints made the surface match nothing, silently."""
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({"surfaces": [{"name": "s", "match": {"proto": ["tcp", proto]}}]})
+    [problem] = err.value.problems
+    assert problem.startswith("surfaces[0].match.proto[1]: ") and message in problem, problem
+
+
+def test_protocols_the_kernel_logs_are_accepted_as_it_prints_them():
+    config = config_from_dict(
+        {
+            "surfaces": [
+                {"name": "s", "match": {"proto": ["TCP", "udp", "ICMPv6", "esp", 132, "47"]}}
+            ]
+        }
+    )
+    assert config.surfaces[0].match.proto == ["tcp", "udp", "icmpv6", "esp", "132", "47"]
+
+
+def test_a_config_that_watches_nothing_is_valid_with_a_warning():
+    assert config_warnings(load_config(None)) == []
+    assert config_warnings(config_from_dict({"sources": []})) == [
+        "sources: none declared, so this config watches nothing (no writes are counted)"
+    ]
+    fs_unfed = config_from_dict({"surfaces": [{"name": "cache", "kind": "fs"}]})
+    assert config_warnings(fs_unfed) == [
+        "surfaces[0] ('cache'): no source feeds fs surfaces, so it watches nothing "
+        "(declare a source of type fs)"
+    ]
+
+
+@pytest.mark.parametrize(
+    "body", ["tick: [unclosed\n", "tick: 10s\ntick: 1h\n", "surfaces: " + "[" * 20_000]
+)
+def test_yaml_errors_name_the_file_not_a_unicode_string(tmp_path, body):
+    path = tmp_path / "capalarm.yaml"
+    path.write_text(body)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    [problem] = err.value.problems
+    assert "<unicode string>" not in problem
+    assert problem.startswith(f"(yaml): {path} is not valid YAML: ")
+    if "nested" not in problem:
+        assert f'in "{path}", line ' in problem

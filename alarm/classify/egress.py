@@ -13,10 +13,10 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
-from pydantic import field_validator
+from pydantic import AfterValidator, field_validator
 
 from alarm.collectors.kernel.fence import FlowSubjects
 from alarm.settings import Strict
@@ -25,6 +25,53 @@ FenceKey = tuple[str, str, int | None, str, int | None, str]  # dst, proto, dpt,
 
 
 _LOW64 = (1 << 64) - 1
+
+# What the kernel's LOG target prints after PROTO= (net/netfilter/nf_log_syslog.c): these
+# names, and any other IP protocol as its number.  A ``match.proto`` item must be one of them,
+# else the surface silently matches nothing.
+KERNEL_PROTO_NAMES: dict[str, int] = {
+    "tcp": 6,
+    "udp": 17,
+    "udplite": 136,
+    "icmp": 1,
+    "icmpv6": 58,
+    "ah": 51,  # IPv4 (IPv6 prints AH and ESP as extension headers, without PROTO=)
+    "esp": 50,
+}
+# Names people write for protocols the kernel prints only as a number.
+_NUMBERED = {
+    "sctp": 132, "gre": 47, "ipip": 4, "igmp": 2, "ospf": 89, "vrrp": 112, "pim": 103,
+    "l2tp": 115, "dccp": 33, "ipv6": 41, "ipencap": 4, "ipv6-icmp": 58,
+}  # fmt: skip
+
+
+def proto_name(value: Any) -> str:
+    """``value`` as the classifier compares it with a record's PROTO= (lower case), or
+    ValueError saying what to write instead."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a protocol")
+    text = str(value).strip().lower()
+    known = ", ".join(KERNEL_PROTO_NAMES)
+    if text in KERNEL_PROTO_NAMES:
+        return text
+    if text.isdigit():
+        number = int(text)
+        if number > 255:
+            raise ValueError(f"protocol {value!r} is not an IP protocol number (0-255)")
+        for name, n in KERNEL_PROTO_NAMES.items():
+            if n == number:
+                raise ValueError(
+                    f"the kernel logs protocol {number} as PROTO={name.upper()}: write {name}"
+                )
+        return str(number)
+    if text in _NUMBERED:
+        number = _NUMBERED[text]
+        if number == 58:
+            raise ValueError(f"{value!r}: the kernel logs it as PROTO=ICMPv6: write icmpv6")
+        raise ValueError(f"{value!r}: the kernel logs it as PROTO={number}: write {number}")
+    raise ValueError(
+        f"unknown protocol {value!r}: the kernel logs {known}, or any other as its number"
+    )
 
 
 def port_range(value: Any) -> tuple[int, int]:
@@ -48,7 +95,8 @@ class EgressMatch(Strict):
 
     dst: list[str] = []  # CIDRs or addresses
     dport: list[Any] = []  # ports or "lo-hi"
-    proto: list[str] = []  # tcp, udp, icmp, icmpv6, or a number
+    # tcp, udp, udplite, icmp, icmpv6, ah, esp, or a number; each checked (proto_name)
+    proto: list[Annotated[Any, AfterValidator(proto_name)]] = []
     out: list[str] = []  # output interface; a trailing '+' matches a prefix, like iptables
     uid: list[int] = []
     log_prefix: list[str] = []  # the nft rule's prefix text, e.g. "EGRESS_FENCE proxy"
@@ -70,11 +118,6 @@ class EgressMatch(Strict):
         for v in values:
             port_range(v)
         return values
-
-    @field_validator("proto")
-    @classmethod
-    def _protos(cls, values: list[str]) -> list[str]:
-        return [str(v).lower() for v in values]
 
     def port_ranges(self) -> list[tuple[int, int]]:
         return [port_range(v) for v in self.dport]
