@@ -172,8 +172,10 @@ def code_path() -> str:
 
 def reader(summary: dict) -> str:
     """Which reader read the event lines, from the backtest's own summary."""
-    name = {"native": "native reader", "python": "Python reader"}.get(summary.get("scanner"), "?")
-    return f"{name}, {summary.get('json_lines', '?'):,} lines through json.loads"
+    if "json_lines" not in summary:  # an install from before issue 26 does not say
+        return "not reported by this install"
+    name = {"native": "native reader", "python": "Python reader"}.get(summary["scanner"], "?")
+    return f"{name}, {summary['json_lines']:,} lines through json.loads"
 
 
 def median_runs(workers: int, reps: int, configs: list[tuple[Path, bool]]) -> list[tuple]:
