@@ -94,15 +94,25 @@ def surfaces_json(snap: Snapshot) -> dict[str, Any]:
             "learning": s.learning,
             "budget_misconfigured": s.budget_misconfigured,
             "capacity_bits_per_second": s.capacity_bps,
+            # The first horizon's figures stay where clients read them; "horizons" has every
+            # one, since the one that fires is often not the first (1h, 1d, or a custom name).
             "budget": {
                 "allowance_bits_per_second": s.budget_allowance,
                 "tolerance_bits": s.budget_tolerance,
                 "excess_bits": s.budget_excess,
+                "horizons": [
+                    {
+                        "horizon": name,
+                        "allowance_bits_per_second": allowance,
+                        "tolerance_bits": tolerance,
+                        "excess_bits": excess,
+                    }
+                    for name, allowance, tolerance, excess in s.budget_horizons
+                ],
             },
-            "alerts": {
-                "spike": STATE_NAMES[s.spike_state],
-                "budget": STATE_NAMES[s.budget_state],
-            },
+            # Every rule on the surface, as /metrics' capalarm_alert_state and the page show it:
+            # read from rule_states(), so a rule added later is reported without a change here.
+            "alerts": {rule: STATE_NAMES[state] for rule, state in s.rule_states().items()},
             "top_contributors": [
                 {"contributor": sanitize(c), "bytes": b} for c, b in s.contributors
             ],
