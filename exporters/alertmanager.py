@@ -27,10 +27,22 @@ from alarm.notify_config import AlertmanagerDestination
 from alarm.sanitize import sanitize
 from exporters.delivery import Outcome, classify, post
 from exporters.outbox import Row
-from exporters.payload import LinkSet, contributors, human_bytes, iso, lampson, summary
+from exporters.payload import (
+    LinkSet,
+    contributors,
+    forged_sample,
+    handle_text,
+    human_bytes,
+    iso,
+    lampson,
+    summary,
+)
 from exporters.routing import target_of
 
 EXPIRY_INTERVALS = 4  # endsAt = now + 4 x repeat_interval, like Prometheus' resend logic
+# Alertmanager sets no limit on an annotation, but every receiver template copies them into
+# each notification: bounded like the payloads of the other destinations' text fields.
+ANNOTATION_MAX = 8000
 
 
 def alertname(rule: str) -> str:
@@ -66,7 +78,17 @@ def postable_alert(
     if top_list:
         annotations["top_contributors"] = ", ".join(
             f"{c['contributor']} ({human_bytes(c['bytes'])})" for c in top_list
-        )
+        )[:ANNOTATION_MAX]
+    # Annotations are strings only (api/v2/openapi.yaml: labelSet), so the receipts go as one
+    # line per contributor: what the receiver re-checks without asking capalarm.
+    receipts = "\n".join(
+        f"{c['contributor']}: {handle_text(c['receipt'])}" for c in top_list if "receipt" in c
+    )
+    if receipts:
+        annotations["receipts"] = receipts[:ANNOTATION_MAX]
+    sample = forged_sample(change)
+    if sample:
+        annotations["forged_sample"] = sample
     at = float(change.get("at", now))
     if change.get("state") == "resolved":
         ends = at

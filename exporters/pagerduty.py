@@ -38,6 +38,8 @@ from exporters.routing import target_of
 
 SUMMARY_MAX = 1024
 DEDUP_MAX = 255
+# Events API v2: "the maximum size of a payload is 512 KB" (the whole event as sent).
+PAYLOAD_MAX = 512 * 1024
 
 
 def dedup_key(fingerprint: str) -> str:
@@ -66,6 +68,7 @@ def pagerduty_event(
         "lampson": doc["lampson"],
         "figures": doc["figures"],
         "top_contributors": doc["top_contributors"],
+        "forged_sample": doc["forged_sample"],
         "started_at": doc["started_at"],
         "value": doc["value"],
         "threshold": doc["threshold"],
@@ -73,7 +76,7 @@ def pagerduty_event(
         "escalated": doc["escalated"],
         "notification_id": row.idem_key,
     }
-    return {
+    event = {
         "routing_key": routing_key,
         "event_action": "trigger",
         "dedup_key": key,
@@ -91,6 +94,13 @@ def pagerduty_event(
         "client_url": link["status_page"],
         "links": event_links,
     }
+    # PagerDuty refuses an event over 512 KB: with many contributors (http.top_contributors
+    # up to 1000) and their receipts, drop the smallest contributors until it fits.
+    shown = details["top_contributors"]
+    while shown and len(json.dumps(event).encode()) > PAYLOAD_MAX:
+        shown.pop()
+        details["top_contributors_cut"] = True
+    return event
 
 
 class PagerDutySender:

@@ -15,7 +15,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from alarm.sanitize import sanitize
+from alarm.surfaces import MAX_CONTRIBUTOR_CHARS, bounded_receipt
 from exporters.routing import target_of
+
+# A forged record's sample line as shown: about one fence line (prefix, interfaces, MACs,
+# addresses, ports), never a page of workload text.
+MAX_SAMPLE_CHARS = 300
 
 
 @dataclass(slots=True)
@@ -63,13 +68,56 @@ def human_bytes(n: float) -> str:
     return f"{n:,.1f} GB"
 
 
+# The fields of a receipt an operator re-checks without trusting capalarm: the file's
+# device:inode and the sha256 of its first bytes (fs), the artifact's digest (registries).
+HANDLE_FIELDS = ("dev_ino", "size", "sha256", "sha256_bytes", "digest")
+
+
+def handles(receipt: Any) -> dict[str, Any]:
+    """A receipt's re-checkable handles, bounded and sanitised like the receipt kept
+    (alarm/surfaces.py); {} for a receipt without any."""
+    if not isinstance(receipt, dict):
+        return {}
+    kept = bounded_receipt(receipt)
+    return {k: kept[k] for k in HANDLE_FIELDS if kept.get(k) is not None}
+
+
+def handle_text(h: dict[str, Any]) -> str:
+    """One line of handles for destinations that take text: 'dev:ino 2049:1234, sha256 ab..
+    of the first 4096 B, digest sha256:..'."""
+    parts = []
+    if "dev_ino" in h:
+        parts.append(f"dev:ino {h['dev_ino']}")
+    if "sha256" in h:
+        first = f" of the first {h['sha256_bytes']} B" if "sha256_bytes" in h else ""
+        parts.append(f"sha256 {h['sha256']}{first}")
+    if "digest" in h:
+        parts.append(f"digest {h['digest']}")
+    return ", ".join(parts)
+
+
 def contributors(change: dict[str, Any], limit: int) -> list[dict[str, Any]]:
+    """The top contributors with their receipts' handles.  Names are cut where the surface
+    table cuts them (MAX_CONTRIBUTOR_CHARS, marked with an ellipsis), not shorter: a path cut
+    at another length than the API's cannot be matched to it, or found on disk."""
     out = []
     for item in change.get("contributors", [])[:limit]:
-        out.append(
-            {"contributor": sanitize(str(item["contributor"]), 120), "bytes": int(item["bytes"])}
-        )
+        entry: dict[str, Any] = {
+            "contributor": sanitize(str(item["contributor"]), MAX_CONTRIBUTOR_CHARS + 1),
+            "bytes": int(item["bytes"]),
+        }
+        h = handles(item.get("receipt"))
+        if h:
+            entry["receipt"] = h
+        out.append(entry)
     return out
+
+
+def forged_sample(change: dict[str, Any]) -> str | None:
+    """A forged-records alert's sample line (alarm/detector/engine.py), sanitised again: it is
+    text a workload wrote."""
+    sample = (change.get("figures") or {}).get("forged_sample")
+    return sanitize(str(sample), MAX_SAMPLE_CHARS) if sample else None
 
 
 def figure(figures: dict[str, Any], key: str) -> float | None:
@@ -178,6 +226,7 @@ def alert_document(
         "lampson": lampson(change),
         "figures": change.get("figures") or {},
         "top_contributors": contributors(change, top),
+        "forged_sample": forged_sample(change),
         "detector_summary": sanitize(str(change.get("summary", "")), 1000),
         "links": links.for_change(change),
     }

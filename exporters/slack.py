@@ -26,7 +26,14 @@ from pydantic import SecretStr
 from alarm.notify_config import SlackDestination
 from exporters.delivery import Outcome, classify, post, retry
 from exporters.outbox import Row
-from exporters.payload import LinkSet, alert_document, figure, human_bytes, shown_threshold
+from exporters.payload import (
+    LinkSet,
+    alert_document,
+    figure,
+    handle_text,
+    human_bytes,
+    shown_threshold,
+)
 
 HEADER_MAX = 150  # Block Kit: header text
 SECTION_MAX = 3000  # Block Kit: section text
@@ -35,6 +42,14 @@ ICONS = {"firing": ":red_circle:", "resolved": ":large_green_circle:"}
 
 def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _cut(text: str) -> str:
+    """Within a section's 3000 characters, cut at a line so no code span is left open."""
+    if len(text) <= SECTION_MAX:
+        return text
+    head = text[: SECTION_MAX - 2]
+    return head[: head.rfind("\n")] + "\n…" if "\n" in head else head[: SECTION_MAX - 1] + "…"
 
 
 def _bits_per_second(value: float | None) -> str:
@@ -85,6 +100,19 @@ def slack_message(row: Row, links: LinkSet, top: int, now: float) -> dict[str, A
                 "elements": [{"type": "mrkdwn", "text": f"Top contributors: {who}"[:SECTION_MAX]}],
             }
         )
+    # The receipts (device:inode and sha256, artifact digests) and a forged record's sample,
+    # as code spans: an operator re-checks them on the host or registry, not in capalarm.
+    receipts = [
+        f"`{escape(c['contributor'])}`: `{escape(handle_text(c['receipt']))}`"
+        for c in doc["top_contributors"]
+        if "receipt" in c
+    ]
+    if receipts:
+        text = "*Receipts*\n" + "\n".join(receipts)
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _cut(text)}})
+    if doc["forged_sample"]:
+        text = f"*Sample forged record*\n`{escape(doc['forged_sample'])}`"
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _cut(text)}})
     link = doc["links"]
     parts = [f"<{link['status_page']}|Status page>"]
     if link["runbook"]:
