@@ -40,6 +40,12 @@ DEFAULT_SEVERITIES: dict[str, str] = {
     # Written far more often than ever: a drip in small lumps, or a surface put to a new use.
     "duty": "warning",
     "budget": "critical",
+    # A day far above the surface's weeks: a patient writer the day-scale rules learnt.
+    "drift": "critical",
+    # A write into a surface silent for a week: a secret left where nobody looks.
+    "dormant": "critical",
+    # A surface with no declared budget past its kind's default in its first days.
+    "newsurface": "critical",
     "records_lost": "error",
     "forged_records": "critical",
     "source_down": "error",

@@ -534,6 +534,11 @@ def _surface_view(
         duty_state=None if duty is None else int(duty),
         learning=learning,
         budget_misconfigured=bool(det.budget.misconfigured[row]),
+        rule_alert_states={
+            name: int(det.alert_banks[name].state[row])
+            for name, rule in det.rules.items()
+            if rule.enabled[row]
+        },
         **det.members_shift_of(row),
     )
 

@@ -45,12 +45,15 @@ class SurfaceView:
     # threshold (0 while not judged), alarm/detector/swarm.py.
     members_shift: float | None = None
     members_shift_threshold: float | None = None
+    # The registered rules (alarm/detector/rules/) on for this surface, and their states.
+    rule_alert_states: dict[str, int] = field(default_factory=dict)
 
     def rule_states(self) -> dict[str, int]:
         """Every rule on the surface and its alert state (0 inactive, 1 pending, 2 firing)."""
         optional = {"drop": self.drop_state, "beacon": self.beacon_state, "duty": self.duty_state}
         states = {"spike": self.spike_state, "budget": self.budget_state}
-        return states | {rule: st for rule, st in optional.items() if st is not None}
+        states |= {rule: st for rule, st in optional.items() if st is not None}
+        return states | self.rule_alert_states
 
 
 @dataclass(slots=True)

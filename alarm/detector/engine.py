@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from alarm.config import BeaconRule, BudgetRule, Config, DutyRule
+from alarm.config import UNCLASSIFIED, BeaconRule, BudgetRule, Config, DutyRule
 from alarm.detector import fused, persist
 from alarm.detector.alerts import AlertBank, AlertChange, AlertMachine, AlertState, fingerprint
 from alarm.detector.beacon import BeaconBank
@@ -26,12 +26,16 @@ from alarm.detector.budget import ENVELOPE_MARGIN, MISCONFIGURED_SECONDS, Budget
 from alarm.detector.duty import DutyBank
 from alarm.detector.relative import RelativeBank
 from alarm.detector.rows import AGGREGATE, plan_rows
+from alarm.detector.rules import RULES, RuleRows, TickInput
+from alarm.detector.rules.ledger import Ledger
+from alarm.detector.rules.precedent import Precedent
 from alarm.detector.seasonal import DAY, DAY_SLOTS_PER_HOUR, Prediction, SeasonalBaseline
 from alarm.detector.spike import STATISTICS, SizeLevel, SpikeJudgement, SpikeModel
 from alarm.detector.swarm import MemberShift
 from alarm.detector.tail import TailBank
 from alarm.detector.views import SurfaceFigures, SurfaceMap
 from alarm.detector.whole_tick import WholeTick
+from alarm.notify_config import DEFAULT_SEVERITIES, SEVERITY_ORDER
 from alarm.surfaces import SurfaceKey
 
 log = logging.getLogger("capalarm.detector")
@@ -58,8 +62,12 @@ SLOW_ARRAYS = frozenset(
         # The tails' kept peaks change only when an incident ends, and are 1 kB a surface.
         "spike.tail.kept",
         "swarm.tail.kept",
+        *(f"ledger.{a}" for a in Ledger.SLOW),
     }
 )
+# A page on a surface that another rule paged about this recently, and still fires, is part of
+# that incident (Detector._fold).
+JOIN_WINDOW = 3600.0
 # An aggregate's alert names the members that wrote most in the tick, with their contributors.
 AGGREGATE_EVIDENCE_MEMBERS = 5
 
@@ -196,6 +204,33 @@ class Detector:
             "beacon": self._describe_beacon,
             "duty": self._describe_duty,
         }
+        # The registered rules (rules/), after the core ones, on the shared ledger of weeks.
+        self.ledger = Ledger(n)
+        derived = np.array(plan.derived, dtype=bool)
+        rule_rows = RuleRows(
+            self.targets,
+            [k for k, _ in self.keys],
+            self.members,
+            derived,
+            np.array([name == UNCLASSIFIED for _, name in self.keys], dtype=bool),
+            config.tick,
+            self.ledger,
+            plan.aggregate_of,
+        )
+        self.rules = {name: rule(rule_rows) for name, rule in RULES.items()}
+        for name, rule in self.rules.items():
+            self.alert_banks[name] = AlertBank(
+                self.targets, name, np.zeros(n), np.full(n, rule.RESOLVE_HOLD)
+            )
+            self._describers[name] = self._rule_describer(name)
+        self.precedent = Precedent(self.ledger, derived)
+        # Saved arrays with a column per aggregate (restored by the aggregates' keys).
+        self._per_aggregate = frozenset(
+            f"{name}.{a}"
+            for name, rule in self.rules.items()
+            if rule.PER_AGGREGATE
+            for a in rule.STATE
+        )
         self._whole_slots: tuple[int, int] | None = None  # the slots the judgement's level is of
         # The days the tails last rolled to (whole tick; the swarm's and the spike rule's).
         self._whole_day: tuple[int, int] | None = None
@@ -270,6 +305,91 @@ class Detector:
         """One tick for every row: ``nbytes``/``events`` are the members' tick totals in row
         order (the order of ``keys`` given to the constructor), ``capacity`` the bytes they
         could carry (None: ``nbytes``), which with the events' metadata bounds the bits."""
+        changes = self._evaluate_core(now, tick, nbytes, events, contributors, capacity)
+        return self._evaluate_rules(now, tick, changes, contributors)
+
+    def _evaluate_rules(
+        self, now: float, tick: float, changes: list[AlertChange], contributors: Evidence
+    ) -> list[AlertChange]:
+        """The registered rules on the tick the core rules judged, then the precedent fold
+        of the short-memory rules' new pages (rules/precedent.py)."""
+        start = now - tick
+        bits = self._capacity * tick
+        events = self._events_rate * tick
+        self.ledger.add(start, bits, events)
+        t = TickInput(now, tick, start, self._bytes, events, bits)
+        for name, rule in self.rules.items():
+            bank = self.alert_banks[name]
+            judged = rule.judge(t)
+            if judged is None:
+                if not bank.state.any():
+                    continue
+                n = len(self.keys)
+                judged = (np.zeros(n, dtype=bool), np.ones(n, dtype=bool))
+            breached, clear = judged
+            for row, prev, new in bank.step(now, tick, breached & rule.enabled, clear):
+                changes.append(self._change(row, name, prev, new, now, contributors))
+        if any(c.state == "firing" for c in changes):
+            changes = self._fold(changes, now, tick)
+        return changes
+
+    def _fold(self, changes: list[AlertChange], now: float, tick: float) -> list[AlertChange]:
+        """New pages that are not news are folded: the alert goes back to rest and nobody is
+        paged.  A short-memory rule's page on what the surface has done before (precedent,
+        rules/precedent.py); and any page on a surface that another rule, at least as
+        severe, paged about less than JOIN_WINDOW ago and still fires: one incident on a
+        surface is one page, not one per rule that sees it."""
+        kept = []
+        precedent = self.precedent
+        for c in changes:
+            if c.state == "firing" and c.previous != "firing" and c.target_type == "surface":
+                row = self.index.get((c.kind, c.target))
+                if row is not None and (
+                    (precedent.foldable(c.rule, row) and precedent.recurs(c.rule, row, now - tick))
+                    or self._joins_open_incident(c.rule, row, now)
+                ):
+                    bank = self.alert_banks[c.rule]
+                    bank.state[row] = AlertState.INACTIVE
+                    bank.clear_since[row] = np.nan
+                    precedent.folded[row] += 1
+                    continue
+            kept.append(c)
+        return kept
+
+    def _joins_open_incident(self, rule: str, row: int, now: float) -> bool:
+        rank = _severity_rank(rule)
+        for name, bank in self.alert_banks.items():
+            if (
+                name != rule
+                and bank.state[row] == AlertState.FIRING
+                and now - bank.started_at[row] <= JOIN_WINDOW
+                and _severity_rank(name) >= rank
+            ):
+                return True
+        return False
+
+    def _rule_describer(self, name: str) -> Callable[..., tuple[float, float, str]]:
+        rule = self.rules[name]
+
+        def describe(
+            row: int, f: SurfaceFigures, figures: dict[str, Any], seasonal_binds: bool
+        ) -> tuple[float, float, str]:
+            value, threshold, what, extra = rule.describe(row)
+            figures |= extra
+            return value, threshold, what
+
+        return describe
+
+    def _evaluate_core(
+        self,
+        now: float,
+        tick: float,
+        nbytes: np.ndarray,
+        events: np.ndarray,
+        contributors: Evidence,
+        capacity: np.ndarray | None = None,
+    ) -> list[AlertChange]:
+        """The core rules (spike, budget, drop, beacon, duty) on one tick."""
         if self._whole is not None:
             return self._evaluate_whole(now, tick, nbytes, events, contributors, capacity)
         n = self.members
@@ -933,6 +1053,9 @@ class Detector:
         out |= {f"relative.{a}": getattr(self.relative, a) for a in RelativeBank.STATE}
         out |= {f"beacon.{a}": getattr(self.beacon, a) for a in BeaconBank.STATE}
         out |= {f"duty.{a}": getattr(self.duty, a) for a in DutyBank.STATE}
+        out |= {f"ledger.{a}": getattr(self.ledger, a) for a in Ledger.STATE}
+        for name, rule in self.rules.items():
+            out |= {f"{name}.{a}": getattr(rule, a) for a in rule.STATE}
         for rule, bank in self.alert_banks.items():
             out |= {f"{rule}_alerts.{a}": getattr(bank, a) for a in AlertBank.STATE}
         return out
@@ -954,6 +1077,8 @@ class Detector:
             + self.beacon.nbytes()
             + self.duty.nbytes()
             + self.swarm.nbytes()
+            + self.ledger.nbytes()
+            + sum(rule.nbytes() for rule in self.rules.values())
             + sum(bank.nbytes() for bank in self.alert_banks.values())
             + sum(a.nbytes for a in figures)
         )
@@ -975,6 +1100,7 @@ class Detector:
             # Which day each block of the spike tails' kept peaks holds (shared by all rows).
             "tail_days": self.spike.tail.day.tolist(),
             "swarm_tail_days": self.swarm.tail.day.tolist(),
+            "ledger": self.ledger.clock_state(),
         }
 
     def state_arrays(self, group: str) -> dict[str, np.ndarray]:
@@ -1032,12 +1158,13 @@ class Detector:
         for name, target in self._state_arrays().items():
             if name in arrays:
                 use = budget_pairs if name.startswith("budget.") else pairs
-                if name.startswith("swarm.tail."):
+                if name.startswith("swarm.tail.") or name in self._per_aggregate:
                     use = aggregate_pairs
                 persist.restore_rows(target, arrays[name], use)
         self.duty.restored()
         self._whole_day = None  # the tails' days were restored: roll them on the next tick
         self.spike.tail.restore_days(header.get("tail_days"))
+        self.ledger.load_clock(header.get("ledger"))
         self.swarm.tail.restore_days(header.get("swarm_tail_days"))
         return changes
 
@@ -1182,6 +1309,11 @@ def _as_slice(members: np.ndarray) -> slice | np.ndarray:
 
 def _source_machine(name: str, rule: str) -> AlertMachine:
     return AlertMachine(f"source/{name}", rule, 0.0, SOURCE_RESOLVE_HOLD, 1.0)
+
+
+def _severity_rank(rule: str) -> int:
+    """How severe a rule's pages are by default (a higher rank is more severe)."""
+    return SEVERITY_ORDER.index(DEFAULT_SEVERITIES.get(rule, "warning"))
 
 
 def _state_name(state: AlertState) -> str:

@@ -119,10 +119,12 @@ class CapalarmRun:
 
 def resolve_window(config: Any, assumed: set[str]) -> Callable[[str, str], float]:
     """A rule's resolve window on a target, from capalarm's config (spike and drop: the spike
-    rule's resolve_hold; budget, beacon and duty: the budget's; sources: SOURCE_RESOLVE_HOLD).
+    rule's resolve_hold; budget, beacon and duty: the budget's; the registered rules
+    (alarm/detector/rules/): their RESOLVE_HOLD; sources: SOURCE_RESOLVE_HOLD).
     A rule this does not know gets the spike rule's window and is named in ``assumed``."""
     from alarm.config import AggregateRule, BudgetRule
     from alarm.detector.engine import SOURCE_RESOLVE_HOLD
+    from alarm.detector.rules import RULES
 
     by_name = {s.name: s for s in config.surfaces}
     # An aggregate without a budget of its own: the defaults' windows.
@@ -147,6 +149,7 @@ def resolve_window(config: Any, assumed: set[str]) -> Callable[[str, str], float
             "beacon": b.beacon.resolve_hold,
             "duty": b.duty.resolve_hold,
         }
+        holds |= {name: registered.RESOLVE_HOLD for name, registered in RULES.items()}
         if rule not in holds:
             assumed.add(rule)
         return float(holds.get(rule, spike.resolve_hold))

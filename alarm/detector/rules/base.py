@@ -1,0 +1,71 @@
+"""What a registered rule is: its rows, its state, its judgement each tick, and its words.
+
+A rule sees every row (members, then each kind's aggregate), the tick's totals and the shared
+ledger (ledger.py), and returns which rows breach and which are clear; the detector steps its
+alert bank and builds the alert documents, with the rule's own figures and sentence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from alarm.detector.rules.ledger import Ledger
+
+
+@dataclass(slots=True, frozen=True)
+class RuleRows:
+    """What a rule knows of the rows when it is built."""
+
+    targets: list[str]  # "kind/name" per row
+    kinds: list[str]
+    members: int  # rows [0, members) are surfaces, the rest aggregates
+    derived: np.ndarray  # bool per row: the budget is derived (none declared)
+    unclassified: np.ndarray  # bool per row
+    tick: float
+    ledger: Ledger
+    # For aggregate row members + j: the member rows it sums.
+    aggregate_of: list[np.ndarray]
+
+
+@dataclass(slots=True)
+class TickInput:
+    """One closed tick, every row: its totals and when it began."""
+
+    now: float
+    tick: float
+    start: float
+    nbytes: np.ndarray
+    events: np.ndarray
+    bits: np.ndarray  # the capacity bound: 8 x bytes carried + metadata per event
+
+
+class Rule:
+    """A rule registered by name (rules/__init__.py)."""
+
+    name: ClassVar[str]
+    # Per-row state arrays (rows last), saved with the detector; SLOW among them on the slow
+    # cadence (they change when a window closes, not every tick).
+    STATE: ClassVar[tuple[str, ...]] = ()
+    SLOW: ClassVar[frozenset[str]] = frozenset()
+    RESOLVE_HOLD: ClassVar[float] = 3600.0
+    # Whether the STATE arrays have a column per aggregate rather than per row.
+    PER_AGGREGATE: ClassVar[bool] = False
+
+    def __init__(self, rows: RuleRows) -> None:
+        self.rows = rows
+        n = len(rows.targets)
+        self.enabled = np.ones(n, dtype=bool)
+
+    def judge(self, t: TickInput) -> tuple[np.ndarray, np.ndarray] | None:
+        """(breached, clear) per row, or None when nothing can change this tick."""
+        raise NotImplementedError
+
+    def describe(self, row: int) -> tuple[float, float, str, dict[str, Any]]:
+        """(value, threshold, what the surface did, figures) for an alert on ``row``."""
+        raise NotImplementedError
+
+    def nbytes(self) -> int:
+        return sum(getattr(self, a).nbytes for a in self.STATE)

@@ -1,0 +1,67 @@
+"""Dormant rule: a write into a surface that had been silent for a week.
+
+A secret is small: 256 bits and one event is under every budget and no spike, and written
+once it makes no rate.  What gives it away is where it lands: a surface that has written
+nothing for a week (a cache filled once, a board nobody uses) has no business carrying
+anything, and any write into it is judged against that silence.
+
+Per member row, the time of its last write and the longest silence it has broken before.  A
+written tick fires when the row had written before, has been silent at least ``SILENT`` and
+longer than ``LONGER`` x any silence it broke before (a surface that goes quiet for weeks by
+habit — a monthly job — is not startled by its own habit).  A fortnightly job's second run
+breaks a fortnight of silence: it is a scheduled event, folded by the precedent of its hour of
+the week (precedent.py) once it has run once.  A declared surface that has never written has
+been silent for as long as it has been watched: its first write after a week of that is
+judged too (a surface put to use weeks after it was declared pages once, as it should: it is
+either new work its operator knows of, or the secret this rule is for).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from alarm.detector.rules.base import Rule, RuleRows, TickInput
+
+SILENT = 7 * 86400.0
+LONGER = 1.5
+RESOLVE_HOLD = 3600.0
+
+
+class DormantRule(Rule):
+    name: ClassVar[str] = "dormant"
+    STATE: ClassVar[tuple[str, ...]] = ("last_write", "longest", "broken", "written")
+
+    def __init__(self, rows: RuleRows) -> None:
+        super().__init__(rows)
+        n = len(rows.targets)
+        self.enabled[rows.members :] = False  # an aggregate's silence is its members'
+        self.last_write = np.full(n, -np.inf)
+        self.longest = np.zeros(n)  # the longest silence broken before
+        self.broken = np.zeros(n)  # the silence the last firing broke, seconds
+        self.written = np.zeros(n)  # bits of the tick that broke it
+
+    def judge(self, t: TickInput) -> tuple[np.ndarray, np.ndarray] | None:
+        written = (t.bits > 0) & self.enabled
+        # A row never written has been silent for as long as it has been watched.
+        watched = self.rows.ledger.seen
+        gap = np.where(np.isfinite(self.last_write), t.start - self.last_write, watched)
+        ended = written
+        breached = ended & (gap >= SILENT) & (gap > LONGER * self.longest)
+        if breached.any():
+            self.broken[breached] = gap[breached]
+            self.written[breached] = t.bits[breached]
+        np.maximum(self.longest, np.where(ended, gap, 0.0), out=self.longest)
+        self.last_write[written] = t.start
+        return breached, ~breached
+
+    def describe(self, row: int) -> tuple[float, float, str, dict[str, Any]]:
+        days = float(self.broken[row]) / 86400.0
+        bits = float(self.written[row])
+        figures = {"silence_seconds": float(self.broken[row]), "silence_broken_bits": bits}
+        what = (
+            f"was written ({bits:,.0f} bits) after {days:,.1f} days of silence, longer than "
+            f"any silence it had broken before: nothing should land in a surface left unused"
+        )
+        return bits, 0.0, what, figures

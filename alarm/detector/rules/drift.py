@@ -1,0 +1,170 @@
+"""Drift rule: a day far above the surface's weeks, in bits, in writes or in written ticks.
+
+The core rules adapt within about a day, so a patient writer moves them: a 2-5 bit/s writer on
+a quiet surface raised that surface's day allowance from 1.5 to 5.8 bit/s within a day while
+its daily count of writes rose 5-7x, and was never paged.  This rule judges each of the last
+day's totals against the surface's *days before yesterday*: the writer's own days enter that
+memory only two days late, and then as one day among up to five weeks, so it cannot raise
+its own threshold within the days it takes to be seen.
+
+Per row and quantity (capacity bits, events, written ticks), from the ledger's daily totals of
+the kept days up to two days ago, from the day the row first wrote (at least one): their mean
+``m``, spread ``s`` and largest ``x``.  The threshold is the largest of ``ratio`` x m, ``over_max`` x x and m + 4 s, plus a
+margin (what a few stray packets are); the last day is the larger of the ledger's two open
+day windows.  With fewer than a week of such days the ratios are those of a young surface
+(6 and 3), after that 3 and 2: a week of days has seen the surface's own weekly swing.  It
+fires when any quantity passes its threshold, and resolves an hour after every quantity is
+below half of it.
+
+That sees a writer who multiplies what the surface carries.  One who follows the surface's
+own daily curve, adding a third to every tick it writes, is within its largest days; but a
+busy surface's days are regular where its ticks are not, and a third more on a day is many
+spreads of them.  So each UTC day so far is also judged against *the same weekday* of the
+weeks kept: above the largest of those days times ``exp(4 x spread)``, the spread being that
+of a day's log total about its weekday's mean over every weekday kept (at least 0.05, so at
+least 22 % above the largest).  A surface whose days vary widely (sessions, a fortnightly
+job) has a wide spread and is judged loosely; a proxy whose days repeat within a few percent
+is judged tightly.  Judged with two same weekdays kept and six days beyond one per weekday.  A day's growth that the surface's own largest day already reached twice
+over is not drift; a weekly job's day is among the days kept.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from alarm.detector.rules.base import Rule, RuleRows, TickInput
+from alarm.detector.rules.ledger import DAY, NO_PERIOD, QUANTITIES
+
+LAG_DAYS = 2  # a day joins the baseline two days after it began
+MATURE_DAYS = 7
+RATIO = (6.0, 3.0)  # x the mean day: young, mature
+OVER_MAX = (3.0, 2.0)  # x the largest day kept: young, mature
+SPREADS = 4.0
+# What a day may add whatever the history: 1 KiB of capacity, 8 writes, 8 written ticks.
+MARGIN = np.array([8192.0, 8.0, 8.0])
+CLEAR_FRACTION = 0.5
+# The weekday statistic: bits and events only (written ticks saturate on busy surfaces).
+WEEKDAY_QUANTITIES = 2
+WEEKDAY_MIN = 2  # days of the same weekday kept
+WEEKDAY_MIN_DOF = 6  # days beyond one per weekday, for the spread
+WEEKDAY_SPREAD_FLOOR = 0.05
+WEEKDAY_CLEAR = 1.1
+WORDS = {"bits": "bits", "events": "writes", "written_ticks": "written ticks"}
+
+
+class DriftRule(Rule):
+    name: ClassVar[str] = "drift"
+    STATE: ClassVar[tuple[str, ...]] = (
+        "threshold",
+        "recent",
+        "days_kept",
+        "judged",
+        "weekday_threshold",
+        "today",
+    )
+
+    def __init__(self, rows: RuleRows) -> None:
+        super().__init__(rows)
+        n = len(rows.targets)
+        q = len(QUANTITIES)
+        self.threshold = np.full((q, n), np.inf)
+        self.recent = np.zeros((q, n))
+        self.days_kept = np.zeros(n, dtype=np.int32)
+        self.judged = np.zeros(n, dtype=bool)
+        self.weekday_threshold = np.full((WEEKDAY_QUANTITIES, n), np.inf)
+        self.today = np.zeros((WEEKDAY_QUANTITIES, n))
+
+    def judge(self, t: TickInput) -> tuple[np.ndarray, np.ndarray] | None:
+        ledger = self.rows.ledger
+        if not ledger.closed:
+            return None
+        today = math.floor(t.start / 86400.0)
+        daily, days = ledger.days_before(today, LAG_DAYS)
+        # A row's days count from the day it first wrote: the days before it existed are
+        # not its normal (a surface that appears mid-fleet is not a drift from zero).
+        born = ledger.first_day != NO_PERIOD
+        lived = (days[:, None] >= ledger.first_day[None, :]) & born[None, :]  # (days, rows)
+        kept = lived.sum(axis=0)
+        weight = lived / np.maximum(kept, 1)
+        mean = (daily * weight).sum(axis=1)
+        spread = np.sqrt(np.maximum(0.0, (daily * daily * weight).sum(axis=1) - mean * mean))
+        largest = np.where(lived, daily, 0.0).max(axis=1, initial=0.0)
+        mature = kept >= MATURE_DAYS
+        ratio = np.where(mature, RATIO[1], RATIO[0])
+        over = np.where(mature, OVER_MAX[1], OVER_MAX[0])
+        threshold = np.maximum(np.maximum(ratio * mean, over * largest), mean + SPREADS * spread)
+        threshold += MARGIN[:, None]
+        self.judged = (kept > 0) & self.enabled
+        self.threshold = np.where(self.judged, threshold, np.inf)
+        self.recent = np.maximum(ledger.window[DAY, 0], ledger.window[DAY, 1])
+        self.days_kept[:] = kept
+        self.weekday_threshold = self._weekday(daily, days, lived, today)
+        self.today = ledger.window[DAY, 0, :WEEKDAY_QUANTITIES]  # the UTC day so far
+        breached = (self.recent > self.threshold).any(axis=0)
+        breached |= (self.today > self.weekday_threshold).any(axis=0)
+        clear = (self.recent <= CLEAR_FRACTION * self.threshold).all(axis=0)
+        clear &= (self.today <= self.weekday_threshold / WEEKDAY_CLEAR).all(axis=0)
+        return breached, clear
+
+    def _weekday(
+        self, daily: np.ndarray, days: np.ndarray, lived: np.ndarray, today: int
+    ) -> np.ndarray:
+        """The weekday threshold (quantity, rows): the largest of the same weekday's totals
+        kept, times exp(SPREADS x the spread of a day's log total about its weekday's mean),
+        where the row has WEEKDAY_MIN such days; +inf elsewhere."""
+        logs = np.log1p(daily[:WEEKDAY_QUANTITIES])  # (quantity, days, rows)
+        weekday = days % 7
+        sq = np.zeros((WEEKDAY_QUANTITIES, lived.shape[1]))
+        dof = np.zeros(lived.shape[1])
+        for w in range(7):
+            group = lived & (weekday == w)[:, None]  # (days, rows)
+            count = group.sum(axis=0)
+            mean = np.where(group, logs, 0.0).sum(axis=1) / np.maximum(count, 1)
+            dev = np.where(group, logs - mean[:, None, :], 0.0)
+            sq += (dev * dev).sum(axis=1)
+            dof += np.maximum(count - 1, 0)
+        spread = np.sqrt(sq / np.maximum(dof, 1))
+        spread = np.maximum(spread, WEEKDAY_SPREAD_FLOOR)
+        same = lived & (weekday == today % 7)[:, None]
+        largest = np.where(same, daily[:WEEKDAY_QUANTITIES], 0.0).max(axis=1, initial=0.0)
+        threshold = largest * np.exp(SPREADS * spread) + MARGIN[:WEEKDAY_QUANTITIES, None]
+        judged = (same.sum(axis=0) >= WEEKDAY_MIN) & (dof >= WEEKDAY_MIN_DOF) & self.enabled
+        return np.where(judged, threshold, np.inf)
+
+    def describe(self, row: int) -> tuple[float, float, str, dict[str, Any]]:
+        ratios = self.recent[:, row] / self.threshold[:, row]
+        q = int(np.argmax(np.nan_to_num(ratios, nan=0.0, posinf=0.0)))
+        value, threshold = float(self.recent[q, row]), float(self.threshold[q, row])
+        weekday = self.today[:, row] / self.weekday_threshold[:, row]
+        w = int(np.argmax(np.nan_to_num(weekday, nan=0.0, posinf=0.0)))
+        by_weekday = bool(weekday[w] > ratios[q])
+        figures: dict[str, Any] = {
+            "drift_quantity": QUANTITIES[q],
+            "drift_days_kept": int(self.days_kept[row]),
+        }
+        for i, name in enumerate(QUANTITIES):
+            figures[f"drift_{name}_last_day"] = float(self.recent[i, row])
+            figures[f"drift_{name}_threshold"] = float(self.threshold[i, row])
+        figures["drift_statistic"] = "weekday" if by_weekday else "day"
+        for i, name in enumerate(QUANTITIES[:WEEKDAY_QUANTITIES]):
+            figures[f"drift_{name}_today"] = float(self.today[i, row])
+            figures[f"drift_{name}_weekday_threshold"] = float(self.weekday_threshold[i, row])
+        if by_weekday:
+            value, threshold = float(self.today[w, row]), float(self.weekday_threshold[w, row])
+            figures["drift_quantity"] = QUANTITIES[w]
+            what = (
+                f"carried {value:,.0f} {WORDS[QUANTITIES[w]]} so far today, above any same "
+                f"weekday of its last weeks by more than its days vary (threshold "
+                f"{threshold:,.0f}): more than its own daily curve"
+            )
+            return value, threshold, what, figures
+        words = WORDS[QUANTITIES[q]]
+        what = (
+            f"carried {value:,.0f} {words} in its last day, against a threshold of "
+            f"{threshold:,.0f} from its {int(self.days_kept[row])} days before yesterday: "
+            f"a slow rise that its own recent days cannot excuse"
+        )
+        return value, threshold, what, figures

@@ -1,0 +1,265 @@
+"""What every row carried, kept for weeks: the memory the long-memory rules share.
+
+The core rules (spike, budget, duty) learn within a day and forget within one or two weeks;
+operators run capalarm for months, and what a surface does once a week or once a fortnight, or
+in sessions a few times a week, is outside their memory.  The ledger keeps, per row, cheaply:
+
+- the current *windows* of 10 minutes, an hour and a day, each in two phases (the second
+  half a window later, so an event shorter than half a window is whole in one of them), of
+  three quantities: capacity bits, events, and written ticks;
+- per window length and quantity, the largest completed window of each of the last
+  ``WEEKS`` calendar weeks (a ring shared by every row, since all rows share the clock), and
+  the largest single tick and longest run of written ticks of each;
+- per hour of the week, the largest hour-aligned window of bits, over the previous weeks:
+  two copies reset six weeks apart and three weeks out of phase, so their maximum always
+  covers at least the last three full weeks (a fortnightly job's last occurrence) and at most
+  six, in 1.3 kB a row instead of a ring of weeks per hour;
+- per UTC day, the day's totals of the three quantities for the last ``DAYS`` days.
+
+Time advances in blocks of ``BLOCK`` seconds: a tick adds into the current block (three
+vector additions), and windows are updated when a block closes, so the ledger costs three
+passes a tick and a few dozen every five minutes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+BLOCK = 300.0
+HORIZONS = (600.0, 3600.0, 86400.0)  # the window lengths, seconds
+HORIZON_NAMES = ("10m", "1h", "1d")
+HOUR, DAY = 1, 2  # indices into HORIZONS
+QUANTITIES = ("bits", "events", "written_ticks")
+WEEK = 7 * 86400.0
+WEEKS = 6  # weekly maxima kept (the current week included)
+DAYS = 36  # daily totals kept
+SLOT_RESET_WEEKS = 6  # each hour-of-week copy starts again this often
+HOURS_A_WEEK = 168
+# A gap longer than this is not walked block by block: the windows are closed empty at once.
+MAX_WALK_BLOCKS = int(2 * WEEK // BLOCK)
+NO_PERIOD = -(1 << 40)
+
+
+class Ledger:
+    """Per row (members then aggregates, as the detector's rows) the windows above."""
+
+    # Per-row arrays saved with the detector's state (rows last); ``SLOW`` among them change
+    # only when a window closes and are saved on the slow cadence.
+    STATE = (
+        "first_day",
+        "block",
+        "block_peak",
+        "run",
+        "block_run",
+        "week_run",
+        "window",
+        "week_max",
+        "week_peak",
+        "slot_now",
+        "slot_a",
+        "slot_b",
+        "daily",
+        "seen",
+    )
+    SLOW = frozenset({"week_max", "week_peak", "week_run", "slot_now", "slot_a", "slot_b", "daily"})
+    # Shared clock positions, saved in the state header.
+    CLOCK = ("block_index", "week_of", "day_of", "first_block")
+
+    def __init__(self, n: int):
+        self.n = n
+        self.lengths = [round(h / BLOCK) for h in HORIZONS]
+        q = len(QUANTITIES)
+        self.block = np.zeros((q, n))
+        # The largest single tick's bits: in the open block, and per week kept.
+        self.block_peak = np.zeros(n)
+        self.week_peak = np.zeros((WEEKS, n), dtype=np.float32)
+        self.last_bits = np.zeros(n)
+        # Ticks written in a row without a pause: now, the longest in the open block, and
+        # the longest of each week kept.
+        self.run = np.zeros(n)
+        self.block_run = np.zeros(n)
+        self.week_run = np.zeros((WEEKS, n), dtype=np.float32)
+        # The first day each row was written (NO_PERIOD: never yet): its life, in days, is
+        # what its history is measured in, not the detector's.
+        self.first_day = np.full(n, NO_PERIOD, dtype=np.int64)
+        self.window = np.zeros((len(HORIZONS), 2, q, n))
+        self.week_max = np.zeros((len(HORIZONS), q, WEEKS, n), dtype=np.float32)
+        self.week_of = np.full(WEEKS, NO_PERIOD, dtype=np.int64)  # which week each slot holds
+        self.slot_now = np.zeros((HOURS_A_WEEK, n), dtype=np.float32)  # this week's hours
+        self.slot_a = np.zeros((HOURS_A_WEEK, n), dtype=np.float32)
+        self.slot_b = np.zeros((HOURS_A_WEEK, n), dtype=np.float32)
+        self.daily = np.zeros((q, DAYS, n), dtype=np.float32)
+        self.day_of = np.full(DAYS, NO_PERIOD, dtype=np.int64)
+        # Seconds of observation each row has had: blocks since it was first evaluated.
+        self.seen = np.zeros(n)
+        self._unborn = True
+        self.block_index = NO_PERIOD
+        self.first_block = NO_PERIOD
+        self.closed = False  # whether the last add closed a block (rules judge then)
+
+    # -- time ---------------------------------------------------------------------------
+    def add(self, start: float, bits: np.ndarray, events: np.ndarray) -> None:
+        """Count the tick that began at ``start``."""
+        b = math.floor(start / BLOCK)
+        self.closed = False
+        if self.block_index == NO_PERIOD:
+            self.block_index = self.first_block = b
+        if b != self.block_index:
+            self._advance(b)
+            self.closed = True
+        blk = self.block
+        blk[0] += bits
+        blk[1] += events
+        blk[2] += bits > 0
+        np.maximum(self.block_peak, bits, out=self.block_peak)
+        self.last_bits = bits
+        written = bits > 0
+        self.run += 1.0
+        self.run[~written] = 0.0
+        np.maximum(self.block_run, self.run, out=self.block_run)
+        if self._unborn and written.any():
+            born = written & (self.first_day == NO_PERIOD)
+            self.first_day[born] = math.floor(start / 86400.0)
+            self._unborn = bool((self.first_day == NO_PERIOD).any())
+
+    def _advance(self, b: int) -> None:
+        if b < self.block_index:  # a clock that went back: count on in the current block
+            return
+        steps = b - self.block_index
+        if steps > MAX_WALK_BLOCKS:
+            self._close_block()
+            self.window[:] = 0.0
+            self.block_index = b
+            return
+        for _ in range(steps):
+            self._close_block()
+            self.block_index += 1
+
+    def _close_block(self) -> None:
+        """Close block ``block_index``: into every window, and every window that ends with it
+        into the weekly maxima, the hour-of-week slots and the daily totals."""
+        b = self.block_index
+        self.seen += BLOCK
+        self.window += self.block  # every horizon and phase
+        end = (b + 1) * BLOCK  # when the block ends
+        week = int(end // WEEK) if end % WEEK else int(end // WEEK) - 1
+        for h, length in enumerate(self.lengths):
+            for phase in (0, 1):
+                offset = phase * (length // 2)
+                if (b + 1 - offset) % length:
+                    continue
+                self._close_window(h, phase, week, end)
+        slot = week % WEEKS
+        if self.week_of[slot] < week:
+            self._start_week(slot, week)
+        np.maximum(self.week_peak[slot], self.block_peak, out=self.week_peak[slot])
+        np.maximum(self.week_run[slot], self.block_run, out=self.week_run[slot])
+        self.block[:] = 0.0
+        self.block_peak[:] = 0.0
+        self.block_run[:] = self.run
+
+    def _start_week(self, slot: int, week: int) -> None:
+        """The first close of a new week: the ring's slot it reuses starts empty."""
+        self.week_max[:, :, slot] = 0.0
+        self.week_peak[slot] = 0.0
+        self.week_run[slot] = 0.0
+        self.week_of[slot] = week
+
+    def _close_window(self, h: int, phase: int, week: int, end: float) -> None:
+        values = self.window[h, phase]
+        slot = week % WEEKS
+        if self.week_of[slot] < week:
+            self._start_week(slot, week)
+        np.maximum(self.week_max[h, :, slot], values, out=self.week_max[h, :, slot])
+        if h == HOUR and phase == 0:
+            hour = int(((end - 3600.0) % WEEK) // 3600.0)
+            np.maximum(self.slot_now[hour], values[0], out=self.slot_now[hour])
+            if hour == HOURS_A_WEEK - 1:
+                self._roll_week(week)
+        if h == DAY and phase == 0:
+            day = int((end - 86400.0) // 86400.0)
+            i = day % DAYS
+            self.day_of[i] = day
+            self.daily[:, i] = values
+        values[:] = 0.0
+
+    def _roll_week(self, week: int) -> None:
+        """The week's hours join the copies; each copy starts again every SLOT_RESET_WEEKS,
+        the two half a period apart."""
+        if week % SLOT_RESET_WEEKS == 0:
+            self.slot_a[:] = 0.0
+        if week % SLOT_RESET_WEEKS == SLOT_RESET_WEEKS // 2:
+            self.slot_b[:] = 0.0
+        np.maximum(self.slot_a, self.slot_now, out=self.slot_a)
+        np.maximum(self.slot_b, self.slot_now, out=self.slot_b)
+        self.slot_now[:] = 0.0
+
+    # -- reading ------------------------------------------------------------------------
+    def current(self, rows: np.ndarray) -> np.ndarray:
+        """(horizon, quantity, rows): the larger phase of each open window, with the open
+        block: what the rows carried lately, at each scale; horizon ``len(HORIZONS)`` is the
+        last tick's bits and the run of written ticks it is in, as in ``weekly``."""
+        out = np.zeros((len(HORIZONS) + 1, len(QUANTITIES), len(rows)))
+        open_ = self.window[:, :, :, rows] + self.block[None, None, :, rows]
+        out[:-1] = open_.max(axis=1)
+        out[-1, 0] = self.last_bits[rows]
+        out[-1, 2] = self.run[rows]
+        return out
+
+    def weekly(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(horizon, quantity, rows): the largest and the second largest of the weekly maxima
+        of the weeks before this one (a week with no window closed counts as 0: what is
+        under way this week, an attack included, is no precedent for itself); horizon
+        ``len(HORIZONS)`` is the single tick: its bits, and the longest run of written ticks
+        (its events are 0)."""
+        week = int((self.block_index * BLOCK) // WEEK)
+        live = (self.week_of > week - WEEKS) & (self.week_of < week)
+        maxima = np.zeros((len(HORIZONS) + 1, len(QUANTITIES), WEEKS, len(rows)))
+        maxima[:-1] = self.week_max[..., rows]
+        maxima[-1, 0] = self.week_peak[:, rows]
+        maxima[-1, 2] = self.week_run[:, rows]
+        maxima[:, :, ~live] = 0.0
+        kept = np.sort(maxima, axis=2)
+        return kept[:, :, -1], kept[:, :, -2]
+
+    def hour_of_week(self, start: float, rows: np.ndarray) -> np.ndarray:
+        """Per row, the largest hour of bits at this hour of the week or the hours either
+        side, in the previous weeks (the current week's hours are not precedent yet)."""
+        hour = int((start % WEEK) // 3600.0)
+        slots = [(hour + d) % HOURS_A_WEEK for d in (-1, 0, 1)]
+        both = np.maximum(self.slot_a[slots][:, rows], self.slot_b[slots][:, rows])
+        return both.max(axis=0).astype(np.float64)
+
+    def days_before(self, today: int, lag: int) -> tuple[np.ndarray, np.ndarray]:
+        """The kept daily totals of days up to ``today - lag`` (quantity, days, n) and which
+        days they are."""
+        use = (self.day_of != NO_PERIOD) & (self.day_of <= today - lag)
+        use &= self.day_of > today - DAYS
+        return self.daily[:, use].astype(np.float64), self.day_of[use]
+
+    def nbytes(self) -> int:
+        return sum(getattr(self, a).nbytes for a in self.STATE)
+
+    def clock_state(self) -> dict:
+        return {
+            "block_index": self.block_index,
+            "first_block": self.first_block,
+            "week_of": self.week_of.tolist(),
+            "day_of": self.day_of.tolist(),
+        }
+
+    def load_clock(self, saved: object) -> None:
+        if not isinstance(saved, dict):
+            return
+        try:
+            week_of = np.array(saved["week_of"], dtype=np.int64)
+            day_of = np.array(saved["day_of"], dtype=np.int64)
+            if week_of.shape != self.week_of.shape or day_of.shape != self.day_of.shape:
+                return
+            self.block_index = int(saved["block_index"])
+            self.first_block = int(saved["first_block"])
+            self.week_of, self.day_of = week_of, day_of
+        except (KeyError, TypeError, ValueError):
+            return

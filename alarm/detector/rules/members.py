@@ -1,0 +1,109 @@
+"""Members rule: far more of a kind's surfaces writing at once than ever at that hour.
+
+A swarm whose members each add a few writes of their ordinary size moves no member's rules
+and barely the aggregate's sum (each member's writes are as big as ever), but it changes how
+many members write at once: on a real swarm all 200 members wrote in one hour against 34 in a
+median hour.  So each aggregate row counts its members written in the last ten minutes and in
+the last hour (the ledger's open windows, the larger phase) and judges each count against the
+largest it reached at that hour of the day over the last week and at that hour of the week
+(and the hours either side) over the weeks before: what is normal for that hour of the week,
+with the days of the last week pooled in while weeks are few.
+
+It fires when a count passes that largest by ``SLACK`` of it and at least ``MIN_EXTRA``
+members, once two days are kept; it resolves an hour after both counts are back within the
+largest.  The alert names the members that wrote most (the aggregate's evidence).  A member's
+own alerts stay its own: this rule says what no member can.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from alarm.detector.rules.base import Rule, RuleRows, TickInput
+
+SCALES = ("10m", "1h")
+KEPT_HOURS = 6 * 168
+SLACK = 0.3
+MIN_EXTRA = 4.0
+MIN_SAMPLES = 2  # hours of history at this hour: two days
+WRITTEN_TICKS = 2  # the ledger's quantity index
+
+
+class MembersRule(Rule):
+    name: ClassVar[str] = "members"
+    # Arrays of one column per aggregate, not per row (the detector restores them by the
+    # aggregates' keys).
+    STATE: ClassVar[tuple[str, ...]] = ("history", "count", "threshold")
+    PER_AGGREGATE: ClassVar[bool] = True
+
+    def __init__(self, rows: RuleRows) -> None:
+        super().__init__(rows)
+        a = len(rows.aggregate_of)
+        self.enabled[:] = False
+        self.enabled[rows.members : rows.members + a] = True
+        self.aggregate_of = rows.aggregate_of
+        # Per scale and aggregate, the largest count of each of the last KEPT_HOURS hours
+        # (-1: no count that hour), the hour's slot at ``hour % KEPT_HOURS``.
+        self.history = np.full((len(SCALES), KEPT_HOURS, a), -1.0, dtype=np.float32)
+        self.count = np.zeros((len(SCALES), a))
+        self.threshold = np.full((len(SCALES), a), np.inf)
+        self.hour = -1  # the absolute hour the history's open slot is of
+
+    def judge(self, t: TickInput) -> tuple[np.ndarray, np.ndarray] | None:
+        ledger = self.rows.ledger
+        if not ledger.closed or not self.aggregate_of:
+            return None
+        hour = int(t.start // 3600.0)
+        if hour != self.hour:
+            if self.hour >= 0:
+                for skipped in range(self.hour + 1, min(hour, self.hour + KEPT_HOURS) + 1):
+                    self.history[:, skipped % KEPT_HOURS] = -1.0
+            self.hour = hour
+        written = ledger.window[:2, :, WRITTEN_TICKS] > 0  # (scale, phase, row)
+        slot = hour % KEPT_HOURS
+        samples = self._samples(hour)
+        for j, members in enumerate(self.aggregate_of):
+            active = written[:, :, members].sum(axis=2).max(axis=1)  # per scale
+            self.count[:, j] = active
+            np.maximum(self.history[:, slot, j], active, out=self.history[:, slot, j])
+            ref = self.history[:, samples, j].astype(np.float64)
+            judged = (ref >= 0).sum(axis=1) >= MIN_SAMPLES
+            largest = ref.max(axis=1, initial=-1.0)
+            self.threshold[:, j] = np.where(
+                judged, largest + np.maximum(MIN_EXTRA, SLACK * largest), np.inf
+            )
+        n = len(self.rows.targets)
+        breached, clear = np.zeros(n, dtype=bool), np.ones(n, dtype=bool)
+        rows = slice(self.rows.members, self.rows.members + len(self.aggregate_of))
+        breached[rows] = (self.count > self.threshold).any(axis=0)
+        clear[rows] = (self.count <= self.threshold / (1.0 + SLACK)).all(axis=0)
+        return breached, clear
+
+    @staticmethod
+    def _samples(hour: int) -> list[int]:
+        """History slots normal for ``hour``: the same hour on each of the last seven days,
+        and that hour of the week with the hours either side in each week before."""
+        days = [hour - 24 * d for d in range(1, 8)]
+        weeks = [hour - 168 * w + s for w in range(1, KEPT_HOURS // 168) for s in (-1, 0, 1)]
+        return sorted({h % KEPT_HOURS for h in days + weeks if h >= 0})
+
+    def describe(self, row: int) -> tuple[float, float, str, dict[str, Any]]:
+        j = row - self.rows.members
+        ratios = self.count[:, j] / self.threshold[:, j]
+        s = int(np.argmax(np.nan_to_num(ratios, nan=0.0, posinf=0.0)))
+        value, threshold = float(self.count[s, j]), float(self.threshold[s, j])
+        members = len(self.aggregate_of[j])
+        figures = {
+            "members_scale": SCALES[s],
+            "members_active": value,
+            "members_active_threshold": threshold,
+            "members_total": members,
+        }
+        what = (
+            f"had {value:,.0f} of its {members} members writing in the last {SCALES[s]}, "
+            f"more than at that hour on any recent day or week (threshold {threshold:,.0f}): "
+            f"a swarm of ordinary writes"
+        )
+        return value, threshold, what, figures

@@ -1,0 +1,94 @@
+"""New-surface rule: a conservative budget for a surface's first days, when none is declared.
+
+A declared surface without a budget gets one derived from what it carries (budget.py); during
+its first day that budget follows the traffic, so a board declared without a budget took
+70,000 small posts (9.5 MB) in its first hour and nothing paged, where the same traffic paged
+in 10 s against a declared budget: the swarm of this project's origin story.  So from its
+first write such a surface is held to a default for its kind that grows as the surface is
+learnt, fourfold a day (``GROWTH``), for ``LEARNING`` (two days); then the derived budget and
+the long-memory rules have seen it.
+
+A one-sided CUSUM on the capacity bound, as the budgets are: ``S = max(0, S + bits - k t)``,
+fires above ``h``, resolves an hour after S is below half of it; a surface pages at most once
+in its life (a surface nobody sized is one question to its operator, not one a day).  Defaults per kind (bit/s on
+the first day, bits):
+
+======== =========== ===========
+kind      allowance   tolerance
+======== =========== ===========
+egress    64 kbit/s   64 Mbit
+fs        64 kbit/s   64 Mbit
+registry  8 kbit/s    16 Mbit
+======== =========== ===========
+
+A 10 MB burst on a day-old board (80 Mbit against 16 Mbit above 8 kbit/s) pages within
+minutes; a busy proxy at 1 Mbit/s pages once on its first day, as any surface nobody has
+sized should, and the page resolves as the allowance grows past it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from alarm.detector.rules.base import Rule, RuleRows, TickInput
+
+LEARNING = 2 * 86400.0
+GROWTH = 4.0  # the allowance grows this much a day of the surface's life
+DEFAULTS = {"egress": (64e3, 64e6), "fs": (64e3, 64e6), "registry": (8e3, 16e6)}
+FALLBACK = (8e3, 16e6)  # a kind without a row above: the tightest
+CLEAR_FRACTION = 0.5
+
+
+class NewSurfaceRule(Rule):
+    name: ClassVar[str] = "newsurface"
+    STATE: ClassVar[tuple[str, ...]] = ("first_write", "excess", "paged", "done")
+
+    def __init__(self, rows: RuleRows) -> None:
+        super().__init__(rows)
+        n = len(rows.targets)
+        self.enabled = rows.derived.copy()
+        self.enabled[rows.members :] = False
+        pairs = [DEFAULTS.get(k, FALLBACK) for k in rows.kinds]
+        self.allowance = np.array([k for k, _ in pairs])
+        self.tolerance = np.array([h for _, h in pairs])
+        self.first_write = np.full(n, np.nan)
+        self.excess = np.zeros(n)
+        self.paged = np.zeros(n, dtype=bool)
+        # A row pages at most once in its life: after its page clears, or its learning ends,
+        # the derived budget and the long-memory rules have it.
+        self.done = np.zeros(n, dtype=bool)
+        self._learning = self.enabled.copy()  # rows not known to be past LEARNING
+
+    def judge(self, t: TickInput) -> tuple[np.ndarray, np.ndarray] | None:
+        if not self._learning.any():
+            return None
+        new = self._learning & np.isnan(self.first_write) & (t.bits > 0)
+        self.first_write[new] = t.start
+        age = t.start - self.first_write  # NaN: not written yet
+        learning = self._learning & ~(age > LEARNING) & ~self.done
+        self._learning = learning
+        allowance = self.allowance * GROWTH ** (np.nan_to_num(age, nan=0.0) / 86400.0)
+        step = np.where(learning & ~np.isnan(age), t.bits - allowance * t.tick, -np.inf)
+        self.excess = np.maximum(0.0, self.excess + step)
+        breached = self.excess > self.tolerance
+        clear = self.excess <= CLEAR_FRACTION * self.tolerance
+        self.done |= self.paged & clear
+        self.paged |= breached
+        return breached, clear
+
+    def describe(self, row: int) -> tuple[float, float, str, dict[str, Any]]:
+        excess, tol = float(self.excess[row]), float(self.tolerance[row])
+        figures = {
+            "newsurface_allowance_bits_per_second": float(self.allowance[row]),
+            "newsurface_excess_bits": excess,
+            "newsurface_tolerance_bits": tol,
+            "newsurface_first_write": float(self.first_write[row]),
+        }
+        what = (
+            f"carried {excess:,.0f} bits above a new surface's allowance in its first days "
+            f"(from {self.allowance[row]:,.0f} bit/s, growing {GROWTH:g}x a day; tolerance "
+            f"{tol:,.0f} bits): no budget was declared and what it carries is not yet learnt"
+        )
+        return excess, tol, what, figures

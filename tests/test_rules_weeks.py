@@ -1,0 +1,172 @@
+"""The registered long-memory rules (alarm/detector/rules/): what months of schedules need.
+
+Each test replays weeks of one or a few surfaces through ``Detector`` at a one-minute tick (the
+rules count in seconds; a coarser tick keeps weeks fast) and asserts what an operator relies
+on: a patient writer, a secret in a dormant surface, a flood on a new surface and a swarm of
+ordinary writes page; a weekly or fortnightly job pages at most on its first run, and adding
+to one of its runs pages; a restart resumes what was learnt.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from alarm.config import config_from_dict
+from alarm.detector.engine import Detector
+
+TICK = 60.0
+HOUR = int(3600 / TICK)
+DAY = 24 * HOUR
+WEEK = 7 * DAY
+T0 = 1_767_571_200.0  # Monday 2026-01-05 00:00 UTC
+
+
+def never(_row: int) -> list:
+    return []
+
+
+def detector(surfaces: list[dict], **extra: object) -> Detector:
+    config = config_from_dict({"tick": f"{TICK:g}s", "surfaces": surfaces, **extra})
+    keys = [(s.get("kind", "egress"), s["name"]) for s in surfaces]
+    return Detector(config, keys)
+
+
+def replay(det: Detector, nbytes: np.ndarray, events: np.ndarray | None = None, start: int = 0):
+    """Ticks ``start .. start + len(nbytes)`` (rows: surfaces); the firing changes, by rule,
+    with the tick they fired in."""
+    nbytes = np.atleast_2d(nbytes.T).T if nbytes.ndim == 1 else nbytes
+    if events is None:
+        events = (nbytes > 0).astype(np.float64)
+    events = np.atleast_2d(events.T).T if events.ndim == 1 else events
+    fired = []
+    for i in range(nbytes.shape[0]):
+        t = start + i
+        changes = det.evaluate_arrays(
+            T0 + (t + 1) * TICK, TICK, nbytes[i].astype(float), events[i].astype(float), never
+        )
+        fired += [(t, c) for c in changes if c.state == "firing"]
+    return fired
+
+
+def strays(rng: np.random.Generator, ticks: int, per_hour: float = 1.0) -> np.ndarray:
+    """A quiet host: DNS-sized writes, about ``per_hour`` an hour."""
+    return np.where(rng.random(ticks) < per_hour / HOUR, rng.integers(80, 240, ticks), 0)
+
+
+def test_a_patient_writer_on_a_quiet_surface_pages_within_three_days_before_64_kb():
+    """4 bit/s in lumps of ~400 B, seven an hour: each write is ordinary-sized, the count of
+    writes rises about sevenfold, and the budgets' learning followed such a writer up within a
+    day.  The drift rule judges the day against the days before yesterday."""
+    rng = np.random.default_rng(1)
+    det = detector([{"name": "quiet"}])
+    assert not replay(det, strays(rng, 10 * DAY)), "ten quiet days paged"
+    ticks = 3 * DAY
+    lumps = rng.lognormal(np.log(4 * 3600 / 8 / 7), 0.3, ticks)  # ~260 B, sizes vary
+    drip = strays(rng, ticks) + np.where(rng.random(ticks) < 7 / HOUR, lumps, 0)
+    fired = replay(det, np.round(drip), start=10 * DAY)
+    assert fired, "a 4 bit/s writer ran three days unpaged"
+    t, first = fired[0]
+    leaked = 8 * (drip[: t - 10 * DAY + 1].sum())
+    assert leaked < 64 * 1024 * 8, f"paged after {leaked / 8:,.0f} B"
+    assert first.rule == "drift", first.summary
+    assert "days before yesterday" in first.summary
+
+
+def test_a_secret_written_into_a_surface_dormant_for_a_week_pages():
+    rng = np.random.default_rng(2)
+    det = detector([{"name": "cache", "kind": "fs"}])
+    fill = np.zeros(9 * DAY)
+    fill[HOUR : 2 * HOUR] = rng.lognormal(np.log(2e6), 0.3, HOUR)  # a cache filled once
+    replay(det, fill)
+    secret = np.zeros(HOUR)
+    secret[5] = 32  # 256 bits
+    fired = replay(det, secret, start=9 * DAY)
+    assert [(c.rule, t) for t, c in fired] == [("dormant", 9 * DAY + 5)]
+    assert fired[0][1].figures["silence_seconds"] >= 7 * 86400
+
+
+def test_a_flood_of_small_posts_on_a_new_board_without_a_budget_pages_in_its_first_hour():
+    """The origin story: 70,000 posts (9.5 MB) in a board's first hour, no budget declared."""
+    det = detector([{"name": "board", "kind": "registry"}])
+    posts = np.full(HOUR, 70_000 / HOUR)
+    fired = replay(det, posts * 136, posts)
+    assert fired and fired[0][1].rule == "newsurface"
+    assert fired[0][0] < HOUR
+
+
+def test_a_busy_new_surface_pages_once_in_its_life_not_daily():
+    det = detector([{"name": "proxy"}])
+    busy = np.full(4 * DAY, 1e6 / 8 * TICK)  # 1 Mbit/s from its first tick
+    fired = [c.rule for _, c in replay(det, busy)]
+    assert fired.count("newsurface") == 1
+
+
+def weekly_job(rng: np.random.Generator, weeks: int, run_bytes: float, hide_in: int = -1):
+    """Strays, and a 30-minute run every Tuesday at 02:00 of ``run_bytes`` (x2 in run
+    ``hide_in``: an attacker adding as much again)."""
+    nbytes = strays(rng, weeks * WEEK, 0.2).astype(np.float64)
+    for w in range(weeks):
+        start = w * WEEK + DAY + 2 * HOUR + int(rng.integers(-2, 3))
+        size = run_bytes * rng.lognormal(0, 0.05) * (2.0 if w == hide_in else 1.0)
+        nbytes[start : start + HOUR // 2] += size / (HOUR // 2)
+    return nbytes
+
+
+def test_a_weekly_job_pages_at_most_on_its_first_run():
+    rng = np.random.default_rng(3)
+    det = detector([{"name": "backup", "kind": "fs"}])
+    fired = replay(det, weekly_job(rng, 5, 500e6))
+    weeks = sorted({t // WEEK for t, _ in fired})
+    assert weeks in ([], [0]), f"runs after the first paged: weeks {weeks}"
+
+
+def test_doubling_one_run_of_a_weekly_job_pages():
+    rng = np.random.default_rng(4)
+    det = detector([{"name": "backup", "kind": "fs"}])
+    fired = replay(det, weekly_job(rng, 5, 500e6, hide_in=3))
+    assert any(t // WEEK == 3 for t, _ in fired), "the doubled run was folded as the job"
+
+
+def test_a_fortnightly_job_pages_at_most_on_its_first_run():
+    rng = np.random.default_rng(5)
+    det = detector([{"name": "report", "kind": "registry"}])
+    nbytes = strays(rng, 6 * WEEK, 0.1).astype(np.float64)
+    for run in range(3):
+        start = run * 2 * WEEK + 3 * DAY + 20 * HOUR
+        nbytes[start : start + HOUR // 3] += 50e6 / (HOUR // 3)
+    fired = replay(det, nbytes)
+    runs = sorted({(t - 3 * DAY) // (2 * WEEK) for t, _ in fired})
+    assert runs in ([], [0]), f"runs after the first paged: {runs}"
+
+
+def test_many_members_each_writing_an_ordinary_write_in_one_hour_page_once_on_the_aggregate():
+    rng = np.random.default_rng(6)
+    n = 40
+    surfaces = [{"name": f"sandbox-{i:02d}", "kind": "fs"} for i in range(n)]
+    det = detector(surfaces)
+    ticks = 9 * DAY
+    rates = rng.uniform(0.2, 1.0, n) / HOUR / 4  # a few writes a day each
+    sizes = rng.lognormal(np.log(2000), 0.3, n)
+    nbytes = np.where(rng.random((ticks, n)) < rates, sizes, 0.0)
+    assert not [c for _, c in replay(det, nbytes) if c.rule == "members"], "benign days paged"
+    swarm = np.zeros((HOUR, n))
+    for i in rng.choice(n, 30, replace=False):
+        swarm[rng.integers(0, HOUR, 3), i] = sizes[i]  # three ordinary writes each
+    fired = [c for _, c in replay(det, swarm, start=ticks) if c.rule == "members"]
+    assert len(fired) == 1 and fired[0].target == "(all)"
+    page = fired[0].figures
+    assert page["members_active"] > page["members_active_threshold"] >= 4
+
+
+def test_what_the_ledger_learnt_survives_a_restart():
+    """A weekly job learnt over three weeks, the detector saved and rebuilt from its state:
+    the fourth run is still folded."""
+    rng = np.random.default_rng(7)
+    surfaces = [{"name": "backup", "kind": "fs"}]
+    nbytes = weekly_job(rng, 4, 500e6)
+    det = detector(surfaces)
+    replay(det, nbytes[: 3 * WEEK])
+    saved = det.to_state()
+    resumed = detector(surfaces)
+    resumed.load_state(saved)
+    assert not replay(resumed, nbytes[3 * WEEK :], start=3 * WEEK), "the restart forgot the job"
