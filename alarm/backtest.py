@@ -96,8 +96,7 @@ def scan_kernel_range(
     path: str, start: int, end: int, fmt: str, prefixes: tuple[str, ...], tick: float, year: int
 ) -> Chunk:
     """Worker: the fence records of one byte range of a kernel log, summed per flow and tick."""
-    data = Path(path).read_bytes() if fmt == "journal-json" else read_range(path, start, end)
-    scan = scan_flows(data, fmt, prefixes, tick, year)
+    scan = scan_flows(read_range(path, start, end), fmt, prefixes, tick, year)
     return Chunk(
         lines=scan.lines,
         parse_errors=scan.parse_errors,
@@ -292,6 +291,12 @@ class BacktestSummary:
     surface_bytes: dict[str, int] = field(default_factory=dict)
     scanner: str = ""
     json_lines: int = 0  # write-event lines read by json.loads, not the native reader or regex
+    # Kernel-log lines the native scanner handed back to the regex path (or json.loads).
+    handed_back: int = 0
+    # Per input: its format, the path that read it ("native": every line native;
+    # "native+regex" / "native+python": some lines handed back; "regex" / "python": none
+    # read natively), its lines and how many of them were handed back.
+    files: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__slots__}
@@ -312,7 +317,7 @@ class Replay:
 
     def chunks(self, config: Config, prefixes: tuple[str, ...], year: int) -> Iterator[Chunk]:
         size = Path(self.path).stat().st_size
-        parts = [(0, size)] if self.fmt == "journal-json" else list(_ranges(size, self.ahead))
+        parts = list(_ranges(size, self.ahead))
         pending: deque[Future[Chunk]] = deque()
         for start, end in parts:
             if self.fmt in KERNEL_FORMATS:
@@ -411,16 +416,25 @@ def run_backtest(
         # Inputs are replayed one after another in the order given (rotated logs first);
         # ticks close as far as the input being read has got.
         for replay in replays:
+            kernel = replay.fmt in KERNEL_FORMATS
+            slow = "regex" if kernel and replay.fmt != "journal-json" else "python"
+            file = {"path": replay.path, "format": replay.fmt, "lines": 0, "handed_back": 0}
+            native_chunks = slow_chunks = 0
             for chunk in replay.chunks(config, prefixes, year):
                 summary.lines += chunk.lines
                 summary.records += chunk.records
                 summary.parse_errors += chunk.parse_errors
                 summary.forged += chunk.forged
-                if chunk.scan is not None:
-                    summary.scanner = "native" if chunk.scan.native else "regex"
+                native = chunk.scan.native if chunk.scan is not None else chunk.native
+                back = chunk.scan.handed_back if chunk.scan is not None else chunk.handed_back
+                native_chunks += native
+                slow_chunks += not native
+                file["lines"] += chunk.lines
+                file["handed_back"] += back if native else chunk.lines
+                if kernel:
+                    summary.handed_back += back
                 else:
-                    summary.scanner = "native" if chunk.native else "python"
-                    summary.json_lines += chunk.handed_back
+                    summary.json_lines += back
                 if chunk.subjects and chunk.subject is not None and chunk.events is not None:
                     per_subject = np.bincount(
                         chunk.subject, weights=chunk.events, minlength=len(chunk.subjects)
@@ -436,6 +450,21 @@ def run_backtest(
                     last_end = max(last_end, float(batch.events.ts.max()))
                 if batch.watermark is not None:
                     _write(pipeline.close_until(batch.watermark), write, summary)
+            if not native_chunks:
+                file["scanner"] = slow if slow_chunks else ""
+            elif slow_chunks or file["handed_back"]:
+                file["scanner"] = f"native+{slow}"
+            else:
+                file["scanner"] = "native"
+            summary.files.append(file)
+        # Write events keep their one-word name (their native reader hands single lines
+        # back to json.loads, counted in json_lines); kernel logs say when lines went to the
+        # regex path.
+        paths: set[str] = set()
+        for f in summary.files:
+            parts = f["scanner"].split("+") if f["scanner"] else []
+            paths.update(parts if f["format"] in KERNEL_FORMATS else parts[:1])
+        summary.scanner = "+".join(sorted(paths, key=lambda p: (p != "native", p)))
     if math.isfinite(last_end):
         # Run on past the last record long enough for spikes and budgets to resolve.
         holds = [config.unclassified_spike.resolve_hold, 60.0]

@@ -74,7 +74,9 @@ def _destinations(rng: random.Random) -> list[tuple[str, bool, tuple[int, ...]]]
     return dsts
 
 
-def generate(lines: int, out: Path, seed: int) -> dict[str, int]:
+def generate(
+    lines: int, out: Path, seed: int, stamps: str = "rfc3164", flows: int = 0
+) -> dict[str, int]:
     rng = random.Random(seed)
     dsts = _destinations(rng)
     hot = dsts[:43]  # proxy + DNS: most of the traffic goes there
@@ -92,6 +94,60 @@ def generate(lines: int, out: Path, seed: int) -> dict[str, int]:
     choice = rng.choice
     last_sec = -1
     stamp = ""
+
+    Flow = tuple[str, bool, tuple[int, ...], float, str, str, int, bool]
+
+    def draw_flow() -> Flow:
+        """(dst, v6, ports served, kind, prefix, out, dpt, owned); dpt and owned are drawn
+        with the packet in the open mix (-1, False here), in the order the corpus always
+        drew them, so a seed still makes the same corpus."""
+        dst, v6, served = choice(hot) if rnd() < 0.5 else choice(dsts)
+        return (dst, v6, served, rnd(), choice(prefixes), choice(outs), -1, False)
+
+    def packet(flow: Flow, fixed: bool) -> tuple[str, int, int | None]:
+        dst, v6, served, kind, pfx, o, dpt_fixed, owned = flow
+        src = src6 if v6 else src4
+        dpt: int | None
+        if kind < 0.15:  # UDP, mostly DNS
+            dpt = dpt_fixed if fixed else choice(udp_ports)
+            ulen = randrange(20, 1400)
+            length = ulen + (40 if v6 else 20)
+            l4 = f"PROTO=UDP SPT={randrange(32768, 61000)} DPT={dpt} LEN={ulen} "
+        elif kind < 0.2:  # ICMP echo
+            dpt = None
+            length = 84 if not v6 else 104
+            icmp = "ICMPv6 TYPE=128" if v6 else "ICMP TYPE=8"
+            l4 = f"PROTO={icmp} CODE=0 ID={randrange(65536)} SEQ={randrange(1, 200)} "
+        else:  # TCP
+            dpt = dpt_fixed if fixed else choice(served)
+            length = choice((52, 60, 1500, 1500, 1500, randrange(40, 1500)))
+            flags = choice(("ACK ", "ACK PSH ", "SYN ", "ACK FIN ", "ACK PSH "))
+            l4 = (
+                f"PROTO=TCP SPT={randrange(32768, 61000)} DPT={dpt} WINDOW={randrange(65536)} "
+                f"RES=0x00 {flags}URGP=0 "
+            )
+        if v6:
+            ip = f"TC=0 HOPLIMIT=64 FLOWLBL={randrange(1 << 20)} "
+        else:
+            ip = f"TOS=0x00 PREC=0x00 TTL=64 ID={randrange(65536)} DF "
+        has_owner = owned if fixed else rnd() < 0.6
+        owner = "UID=1000 GID=1000 " if has_owner else ""
+        line = f"{pfx}IN= OUT={o} SRC={src} DST={dst} LEN={length} {ip}{l4}{owner}"
+        return line, length, dpt
+
+    # --flows: a fixed set of distinct flow identities to draw every fence line from.
+    pool: list[Flow] = []
+    seen: set[tuple[object, ...]] = set()
+    while len(pool) < flows:
+        dst, v6, served, kind, pfx, o, _, _ = draw_flow()
+        dpt = choice(udp_ports) if kind < 0.15 else -1 if kind < 0.2 else choice(served)
+        proto = "udp" if kind < 0.15 else "icmp" if kind < 0.2 else "tcp"
+        flow = (dst, v6, served, kind, pfx, o, dpt, rnd() < 0.6)
+        key = (dst, proto, dpt, o, flow[7], pfx.strip())
+        if key not in seen:
+            seen.add(key)
+            pool.append(flow)
+
     with out.open("w", encoding="ascii") as fh:
         done = 0
         while done < lines:
@@ -101,7 +157,13 @@ def generate(lines: int, out: Path, seed: int) -> dict[str, int]:
                 t += step
                 uptime += step
                 sec = int(t)
-                if sec != last_sec:  # gmtime per line would dominate the run
+                if stamps == "rfc3339":  # RSYSLOG_FileFormat: microseconds, numeric zone
+                    if sec != last_sec:
+                        last_sec = sec
+                        g = time.gmtime(sec)
+                        day = time.strftime("%Y-%m-%dT%H:%M:%S", g)
+                    stamp = f"{day}.{int((t - sec) * 1e6):06d}+00:00"
+                elif sec != last_sec:  # gmtime per line would dominate the run
                     last_sec = sec
                     g = time.gmtime(sec)
                     stamp = f"{MONTHS[g.tm_mon - 1]} {g.tm_mday:2d} {g.tm_hour:02d}:{g.tm_min:02d}:{g.tm_sec:02d}"
@@ -116,40 +178,13 @@ def generate(lines: int, out: Path, seed: int) -> dict[str, int]:
                 if r < 0.1:
                     chunk.append(head + choice(MALFORMED))
                     continue
-                dst, v6, served = choice(hot) if rnd() < 0.5 else choice(dsts)
-                src = src6 if v6 else src4
-                kind = rnd()
-                pfx = choice(prefixes)
-                o = choice(outs)
-                if kind < 0.15:  # UDP, mostly DNS
-                    dpt = choice(udp_ports)
-                    ulen = randrange(20, 1400)
-                    length = ulen + (40 if v6 else 20)
-                    l4 = f"PROTO=UDP SPT={randrange(32768, 61000)} DPT={dpt} LEN={ulen} "
-                elif kind < 0.2:  # ICMP echo
-                    dpt = None
-                    length = 84 if not v6 else 104
-                    icmp = "ICMPv6 TYPE=128" if v6 else "ICMP TYPE=8"
-                    l4 = f"PROTO={icmp} CODE=0 ID={randrange(65536)} SEQ={randrange(1, 200)} "
-                else:  # TCP
-                    dpt = choice(served)
-                    length = choice((52, 60, 1500, 1500, 1500, randrange(40, 1500)))
-                    flags = choice(("ACK ", "ACK PSH ", "SYN ", "ACK FIN ", "ACK PSH "))
-                    l4 = (
-                        f"PROTO=TCP SPT={randrange(32768, 61000)} DPT={dpt} WINDOW={randrange(65536)} "
-                        f"RES=0x00 {flags}URGP=0 "
-                    )
-                if v6:
-                    ip = f"TC=0 HOPLIMIT=64 FLOWLBL={randrange(1 << 20)} "
-                else:
-                    ip = f"TOS=0x00 PREC=0x00 TTL=64 ID={randrange(65536)} DF "
-                owner = "UID=1000 GID=1000 " if rnd() < 0.6 else ""
-                chunk.append(
-                    f"{head}{pfx}IN= OUT={o} SRC={src} DST={dst} LEN={length} {ip}{l4}{owner}"
+                line, length, dpt = (
+                    packet(choice(pool), True) if pool else packet(draw_flow(), False)
                 )
+                chunk.append(head + line)
                 packets += 1
                 total_bytes += length
-                pairs.add((dst, dpt))
+                pairs.add((line.split(" DST=", 1)[1].split(" ", 1)[0], dpt))
             fh.write("\n".join(chunk) + "\n")
             done += len(chunk)
     totals = {
@@ -157,6 +192,8 @@ def generate(lines: int, out: Path, seed: int) -> dict[str, int]:
         "packets": packets,
         "bytes": total_bytes,
         "dst_port_pairs": len(pairs),
+        "flows": len(pool) or None,
+        "stamps": stamps,
     }
     Path(str(out) + ".totals.json").write_text(json.dumps(totals) + "\n")
     return totals
@@ -169,9 +206,11 @@ def main() -> None:
     ap.add_argument("--lines", type=int, default=2_000_000)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--stamps", choices=["rfc3164", "rfc3339"], default="rfc3164")
+    ap.add_argument("--flows", type=int, default=0, help="distinct flows (default: open mix)")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    totals = generate(args.lines, args.out, args.seed)
+    totals = generate(args.lines, args.out, args.seed, args.stamps, args.flows)
     print(json.dumps({**totals, "seconds": round(time.perf_counter() - t0, 2)}))
 
 

@@ -174,6 +174,36 @@ def test_journal_export_counts_kernel_records_and_rejects_user_writes(tmp_path):
     assert (summary.records, summary.forged, summary.parse_errors) == (1, 1, 1)
 
 
+def test_summary_says_per_file_which_path_read_it(tmp_path):
+    """Debian 12's rsyslog stamps (RFC 3339) are read natively, and the summary says so per
+    file; a line handed back to the regex path is counted, not hidden behind "native"."""
+    msg = (FENCE_DATA / "dmesg-lines.txt").read_text().splitlines()[2].split("] ", 1)[1]
+    clean = tmp_path / "kern.log"
+    clean.write_text(
+        "".join(
+            f"2026-12-03T22:11:{s:02d}.123456+00:00 h kernel: [ 1.5] {msg}\n" for s in range(40)
+        )
+    )
+    mixed = tmp_path / "kern.log.1"
+    mixed.write_text(clean.read_text() + "2026-12-03T22:12:00+00:00 h kernel: EGRESS_FENCE x\n")
+    journal = tmp_path / "journal.json"
+    entry = {"__REALTIME_TIMESTAMP": "1780000000000000", "MESSAGE": msg, "_TRANSPORT": "kernel"}
+    journal.write_text(json.dumps({**entry, "SYSLOG_FACILITY": "0"}) + "\n")
+    config = config_from_dict({"tick": "10s"})
+    summary = run_backtest(config, [str(clean)], io.StringIO(), workers=1)
+    assert (summary.records, summary.handed_back, summary.scanner) == (40, 0, "native")
+    assert summary.files == [
+        {"path": str(clean), "format": "syslog", "lines": 40, "handed_back": 0, "scanner": "native"}
+    ]
+    summary = run_backtest(config, [str(mixed), str(journal)], io.StringIO(), workers=1)
+    assert (summary.records, summary.parse_errors, summary.handed_back) == (41, 1, 1)
+    assert [(f["scanner"], f["lines"], f["handed_back"]) for f in summary.files] == [
+        ("native+regex", 41, 1),
+        ("native", 1, 0),
+    ]
+    assert summary.scanner == "native+regex"
+
+
 def test_an_alerts_evidence_names_who_wrote_in_its_episode_not_before(tmp_path):
     """A quiet tick closes an episode: the next alert's contributors are the next episode's
     writers, not the largest writers since start (alice wrote 3x what bob did)."""

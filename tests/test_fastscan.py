@@ -439,6 +439,15 @@ _EDGE_HEADERS = {
         "Nov 30 19:07:05 h kernel:  ",
         "Nov 30 19:07:05 h sshd[1]: ",
         "2026-11-30T19:07:05.123+01:00 h kernel: ",
+        "2026-11-30T19:07:05.123456+00:00 h kernel: [  455.929995] ",
+        "2026-11-30T19:07:05Z h kernel: ",
+        "2026-11-30T19:07:05+0100 h kernel: ",
+        "2026-02-30T19:07:05+00:00 h kernel: ",
+        "2026-11-30T19:07:60+00:00 h kernel: ",
+        "2026-11-30T19:07:05+24:00 h kernel: ",
+        "2026-11-30T19:07:05.1234567890+00:00 h kernel: ",
+        "2026-11-30T19:07:05+00:00 h sshd[1]: ",
+        "2026-11-30T19:07:05+00:00 h kernel:",
     ],
     "kmsg": [
         "4,1,340614047,-;",
@@ -467,3 +476,202 @@ def test_native_agrees_at_every_field_boundary(fmt: str) -> None:
         for message in _EDGE_MESSAGES:
             for tick in (1.0, 10.0, 0.7):
                 assert_native_same(header + message + "\n", fmt, tick, 1_796_065_625.5)
+
+
+# --- every format natively: RFC 3339 syslog, journal JSON, hostile bytes ----------------
+
+
+@needs_native
+def test_native_refuses_a_nul_inside_an_address() -> None:
+    # inet_pton stops at the NUL: "10.0.0.1\0x" was read as 10.0.0.1 where ipaddress (and
+    # so the regex path) refuses the line as malformed.
+    for field in ("DST=10.0.0.1\x00x", "DST=2001:db8::1\x00"):
+        line = f"Nov 30 19:07:05 h kernel: EGRESS_FENCE IN= OUT=e SRC=1.1.1.1 {field} LEN=5 \n"
+        got = assert_native_same(line, "syslog", 10.0)
+        assert (got.records, got.parse_errors) == (0, 1)
+    line = "Nov 30 19:07:05 h kernel: EGRESS_FENCE IN= OUT=e SRC=1.1.1.1\x00 DST=1.1.1.2 LEN=5 \n"
+    assert assert_native_same(line, "syslog", 10.0).parse_errors == 1
+
+
+@needs_native
+def test_native_reads_rfc3339_syslog_without_handing_back() -> None:
+    # Debian 12's rsyslog default (RSYSLOG_FileFormat): every such line went to the regex.
+    msg = "EGRESS_FENCE IN= OUT=eth0 SRC=10.0.0.2 DST=10.20.0.1 LEN=60 PROTO=TCP SPT=1 DPT=443 "
+    stamps = [
+        "2026-12-03T22:11:42.123456+00:00",
+        "2026-12-03T22:11:42.1+01:00",
+        "2026-12-03T22:11:42.123456789-0530",
+        "2026-12-03T22:11:42Z",
+        "2026-12-03T22:11:42",
+        "2028-02-29T23:59:59.999999+00:00",
+    ]
+    text = "".join(f"{s} host kernel: [ 123.456] {msg}\n" for s in stamps)
+    got = assert_native_same(text, "syslog", 1.0)
+    assert (got.records, got.handed_back) == (len(stamps), 0)
+    assert got.max_ts == pytest.approx(1835481599.999999)
+
+
+@st.composite
+def rfc3339_stamps(draw: st.DrawFn) -> str:
+    """Stamps around every limit rfc3339_time and the regex have, valid or not."""
+    y = draw(st.sampled_from([1899, 1900, 1970, 2000, 2024, 2026, 2100, 2200, 2201, 9999]))
+    mo = draw(st.integers(0, 13))
+    d = draw(st.sampled_from([0, 1, 28, 29, 30, 31, 32]))
+    hh, mm, ss = draw(st.integers(0, 25)), draw(st.integers(0, 61)), draw(st.integers(0, 61))
+    frac = draw(
+        st.sampled_from(["", ".", ".5", ".123456", ".1234567", ".999999999", ".1234567891"])
+    )
+    zone = draw(
+        st.sampled_from(
+            [
+                "",
+                "Z",
+                "+00:00",
+                "-00:00",
+                "+01:00",
+                "+0530",
+                "-23:59",
+                "+24:00",
+                "+01:60",
+                "+1:00",
+                "z",
+            ]
+        )
+    )
+    return f"{y:04d}-{mo:02d}-{d:02d}T{hh:02d}:{mm:02d}:{ss:02d}{frac}{zone}"
+
+
+@needs_native
+@settings(max_examples=400, deadline=None)
+@given(
+    stamp=rfc3339_stamps(),
+    tick=st.sampled_from([1.0, 10.0, 0.7]),
+    tag=st.sampled_from(["kernel:", "kernel:", "sshd[1]:"]),
+)
+def test_native_rfc3339_stamps_agree_with_the_regex(stamp: str, tick: float, tag: str) -> None:
+    msg = "EGRESS_FENCE IN= OUT=eth0 SRC=10.0.0.2 DST=10.20.0.1 LEN=60 PROTO=UDP SPT=1 DPT=53 "
+    got = assert_native_same(f"{stamp} h {tag} {msg}\n", "syslog", tick)
+    # What the native scanner reads, it reads as rfc3339_time does.
+    if got.records and not got.handed_back:
+        from alarm.collectors.kernel.formats import rfc3339_time
+
+        assert got.max_ts == max(0.0, rfc3339_time(stamp))  # 0.0: none newer
+
+
+def _journal_entry(draw: st.DrawFn, msg: str, i: int) -> str:
+    entry: dict[str, object] = {
+        "__CURSOR": f"s=ab;i={i}",
+        "__REALTIME_TIMESTAMP": str(draw(st.integers(0, 2 * 10**15))),
+        "__MONOTONIC_TIMESTAMP": "455929995",
+        "_BOOT_ID": "0f" * 16,
+        "_TRANSPORT": draw(st.sampled_from(["kernel", "kernel", "kernel", "syslog"])),
+        "PRIORITY": "4",
+        "SYSLOG_FACILITY": draw(st.sampled_from(["0", "0", "00", "1", "", "x", None])),
+        "SYSLOG_IDENTIFIER": "kernel",
+        "MESSAGE": msg,
+    }
+    if entry["SYSLOG_FACILITY"] is None and draw(st.booleans()):
+        del entry["SYSLOG_FACILITY"]
+    odd = draw(st.integers(0, 12))
+    if odd == 1:
+        entry["MESSAGE"] = None
+    elif odd == 2:
+        entry["MESSAGE"] = list(msg.encode())  # journalctl's form of a non-UTF-8 field
+    elif odd == 3:
+        entry["__REALTIME_TIMESTAMP"] = draw(st.integers(0, 10**16))  # a number, not a string
+    elif odd == 4:
+        del entry["__REALTIME_TIMESTAMP"]
+    elif odd == 5:
+        entry["__REALTIME_TIMESTAMP"] = str(draw(st.integers(10**15, 10**17)))
+    elif odd == 6:
+        entry["MESSAGE"] = msg + "\n"
+    keys = list(entry)
+    if draw(st.booleans()):
+        keys = draw(st.permutations(keys))
+    sep = draw(st.sampled_from([(", ", " : "), (",", ":"), (", ", ": ")]))
+    ascii_only = draw(st.booleans())
+    body = sep[0].join(
+        json.dumps(k) + sep[1] + json.dumps(entry[k], ensure_ascii=ascii_only) for k in keys
+    )
+    if odd == 7:  # a duplicate key: json.loads keeps the last
+        body += sep[0] + '"MESSAGE"' + sep[1] + json.dumps(draw(st.sampled_from(["x", msg])))
+    elif odd == 8:
+        body += sep[0] + '"_TRANSPORT"' + sep[1] + '"kernel"'
+    line = "{" + body + "}"
+    if odd == 9:
+        line = line[: draw(st.integers(0, len(line)))]  # truncated
+    elif odd == 10:
+        line = draw(st.sampled_from(["", "  ", "[1, 2]", "{broken", "{}", '{"MESSAGE": 5}']))
+    return line
+
+
+@st.composite
+def journal_text(draw: st.DrawFn) -> str:
+    msgs = draw(log_text("dmesg")).split("\n")
+    out = [_journal_entry(draw, m.split("] ", 1)[-1], i) for i, m in enumerate(msgs) if m]
+    return "\n".join(out) + draw(st.sampled_from(["\n", ""]))
+
+
+@needs_native
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=journal_text(), tick=st.sampled_from([1.0, 10.0, 0.7]))
+def test_native_journal_json_agrees_with_json_loads(text: str, tick: float) -> None:
+    assert_native_same(text, "journal-json", tick)
+
+
+@needs_native
+def test_native_reads_plain_journal_entries_without_handing_back() -> None:
+    real = (DATA / "kmsg-records.txt").read_text().splitlines()
+    lines = []
+    for i, rec in enumerate(real):
+        entry = {
+            "__CURSOR": f"s=1;i={i}",
+            "__REALTIME_TIMESTAMP": str(1764529625000000 + i * 1000),
+            "_TRANSPORT": "kernel",
+            "SYSLOG_FACILITY": "0" if i else "1",
+            "MESSAGE": rec.split(";", 1)[1],
+        }
+        lines.append(json.dumps(entry, separators=(", ", " : ")))
+    got = assert_native_same("\n".join(lines) + "\n", "journal-json", 10.0)
+    assert (got.records, got.forged, got.handed_back) == (len(real) - 1, 1, 0)
+
+
+_HOSTILE = (
+    b"\x00",
+    b"\xff",
+    b"\xc3",
+    b"\xe2\x80\xa8",
+    b"\r",
+    b"\x0b",
+    b"\x1c",
+    b" LEN=99999999999 ",
+    b"LEN=4294967296 ",
+    b"\\",
+)
+
+
+@needs_native
+@pytest.mark.parametrize("fmt", ["syslog", "kmsg", "dmesg", "journal-json"])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_native_agrees_on_hostile_bytes(fmt: str, data: st.DataObject) -> None:
+    text = data.draw(journal_text() if fmt == "journal-json" else tricky_text(fmt))
+    lines = [ln.encode("utf-8", "surrogateescape") for ln in text.split("\n")]
+    for _ in range(data.draw(st.integers(1, 4))):
+        i = data.draw(st.integers(0, len(lines) - 1))
+        pos = data.draw(st.integers(0, len(lines[i])))
+        if data.draw(st.integers(0, 4)) == 0:
+            lines[i] = lines[i][:pos]  # cut short
+        else:
+            lines[i] = lines[i][:pos] + data.draw(st.sampled_from(_HOSTILE)) + lines[i][pos:]
+    chunk = b"\n".join(lines)
+    tick = data.draw(st.sampled_from([1.0, 10.0]))
+    got = scan_flows(chunk, fmt, PFX, tick, YEAR)
+    want = scan_flows(chunk, fmt, PFX, tick, YEAR, native=False)
+    assert got.flows() == want.flows()
+    assert (got.lines, got.records, got.parse_errors, got.forged) == (
+        want.lines,
+        want.records,
+        want.parse_errors,
+        want.forged,
+    )

@@ -17,8 +17,14 @@
  * canonicalised as ipaddress prints it, prefix stripped as str.strip() does), so Python
  * classifies and names each distinct value once, with numpy over the identity columns.
  *
- * scan_flows(data, fmt, prefixes, year, tick, boot_wall) -- see build_result for the result.
- *   fmt: 0 syslog (RFC3164 stamps; RFC3339 lines are handed back), 1 kmsg, 2 dmesg
+ * The same scanner serves the file source live (``live``): there the reference is
+ * formats.py's per-line parsers and parse_fence, and every line whose header it cannot read
+ * with certainty is handed back too, so that the line parser counts parse errors as before.
+ *
+ * scan_flows(data, fmt, prefixes, year, tick, boot_wall, live, require_trusted) -- see
+ * build_result for the result.
+ *   fmt: 0 syslog (RFC 3164 and RFC 3339 stamps), 1 kmsg, 2 dmesg, 3 journalctl -o json,
+ *   4 auto (per line, live only)
  */
 #define PY_SSIZE_T_CLEAN
 #define _GNU_SOURCE /* memmem, memrchr */
@@ -33,8 +39,13 @@
 #define MAX_PREFIXES 64
 #define MAX_FAST_LINE 4096 /* longer lines go to the regex (its bounded runs need counting) */
 
-enum { FMT_SYSLOG = 0, FMT_KMSG = 1, FMT_DMESG = 2 };
+/* FMT_AUTO decides per line as file.py's kernel_line_parser("auto") does (live only). */
+enum { FMT_SYSLOG = 0, FMT_KMSG = 1, FMT_DMESG = 2, FMT_JOURNAL = 3, FMT_AUTO = 4 };
 enum { LINE_SKIP = 0, LINE_ROW = 1, LINE_FALLBACK = 2 };
+/* A record header: read; not one (or not read with certainty); or certainly not a kernel
+ * record and no error either (another program's syslog line, a journal entry without
+ * MESSAGE, a blank journal line). */
+enum { HDR_OK = 0, HDR_BAD = -1, HDR_OTHER = 1 };
 
 static inline int is_space(unsigned char c) /* re.ASCII \s */
 {
@@ -383,12 +394,22 @@ typedef struct {
     long year;
     double tick;
     double boot_wall;
-    /* last RFC3164 stamp and its tick index: a stamp covers a second of lines */
+    /* live: the file source's per-line semantics (formats.py's parsers, then parse_fence):
+     * every line whose header is not read with certainty is handed back, whether or not it
+     * holds a prefix (the line parser decides whether it is a parse error), and so is every
+     * prefix line holding a CR (the per-line parsers strip a trailing one, the bulk regex
+     * does not). */
+    int live;
+    int require_trusted; /* kmsg and journal lines not provably the kernel's are forged */
+    double max_ts;       /* newest record time among the headers read (0.0: none) */
     char last_src[72]; /* last source address found valid: one host sends most records */
     Py_ssize_t last_src_len;
-    char last_stamp[16];
+    /* last syslog stamp, its time and tick index: a stamp covers a second of lines (RFC
+     * 3164) or a run of lines written in the same microsecond burst (RFC 3339) */
+    char last_stamp[40];
     Py_ssize_t last_stamp_len;
     int64_t last_stamp_tick;
+    double last_stamp_ts;
     strtab dst_raw;   /* destination as written -> value: index in dsts (-1: invalid) */
     strtab dsts;      /* canonical destinations, as ipaddress prints them */
     uint64_t *dst_words; /* per canonical destination: IP version, high and low 64 bits */
@@ -412,13 +433,28 @@ static int tick_index(double ts, double tick, int64_t *out)
     return 0;
 }
 
-/* alarm.kernel_formats.civil_to_epoch, then int(ts // tick).  -1: not plainly valid. */
-static int rfc3164_tick(scanner *sc, const char *s, Py_ssize_t n, int64_t *out)
+static int cached_stamp(const scanner *sc, const char *s, Py_ssize_t n, int64_t *out, double *ts)
 {
-    if (n == sc->last_stamp_len && memcmp(s, sc->last_stamp, (size_t)n) == 0) {
-        *out = sc->last_stamp_tick;
+    if (n != sc->last_stamp_len || memcmp(s, sc->last_stamp, (size_t)n) != 0)
         return 0;
-    }
+    *out = sc->last_stamp_tick;
+    *ts = sc->last_stamp_ts;
+    return 1;
+}
+
+static void cache_stamp(scanner *sc, const char *s, Py_ssize_t n, int64_t tick, double ts)
+{
+    memcpy(sc->last_stamp, s, (size_t)n);
+    sc->last_stamp_len = n;
+    sc->last_stamp_tick = tick;
+    sc->last_stamp_ts = ts;
+}
+
+/* alarm.kernel_formats.civil_to_epoch, then int(ts // tick).  -1: not plainly valid. */
+static int rfc3164_tick(scanner *sc, const char *s, Py_ssize_t n, int64_t *out, double *ts)
+{
+    if (cached_stamp(sc, s, n, out, ts))
+        return 0;
     int month = 0;
     for (int m = 0; m < 12; m++)
         if (memcmp(s, MONTHS + 3 * m, 3) == 0)
@@ -441,11 +477,96 @@ static int rfc3164_tick(scanner *sc, const char *s, Py_ssize_t n, int64_t *out)
     if (month > 2 && (year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)))
         days += 1;
     long long secs = days * 86400 + hh * 3600 + mm * 60 + ss;
-    if (tick_index((double)secs, sc->tick, out))
+    *ts = (double)secs;
+    if (tick_index(*ts, sc->tick, out))
         return -1;
-    memcpy(sc->last_stamp, s, (size_t)n);
-    sc->last_stamp_len = n;
-    sc->last_stamp_tick = *out;
+    cache_stamp(sc, s, n, *out, *ts);
+    return 0;
+}
+
+static inline int two(const char *p) { return (p[0] - '0') * 10 + (p[1] - '0'); }
+
+static int leap(long y) { return y % 4 == 0 && (y % 100 != 0 || y % 400 == 0); }
+
+/* Length of an RFC 3339 stamp as formats._SYSLOG_3339_RE reads it at s
+ * (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?, followed by a space), or 0.
+ * Followed by a space, the regex has one way to match: no backtracking to mirror. */
+static Py_ssize_t rfc3339_shape(const char *s, const char *e)
+{
+    static const char layout[] = "dddd-dd-ddTdd:dd:dd";
+    if (e - s < 20)
+        return 0;
+    for (int i = 0; i < 19; i++)
+        if (layout[i] == 'd' ? !is_digit((unsigned char)s[i]) : s[i] != layout[i])
+            return 0;
+    const char *p = s + 19;
+    if (*p == '.') {
+        Py_ssize_t d = digits(p + 1, e);
+        if (d < 1 || d > 9)
+            return 0;
+        p += 1 + d;
+    }
+    if (p < e && *p == 'Z')
+        p++;
+    else if (p < e && (*p == '+' || *p == '-')) {
+        const char *q = p + 1;
+        if (e - q < 4 || !is_digit((unsigned char)q[0]) || !is_digit((unsigned char)q[1]))
+            return 0;
+        q += 2;
+        if (*q == ':')
+            q++;
+        if (e - q < 2 || !is_digit((unsigned char)q[0]) || !is_digit((unsigned char)q[1]))
+            return 0;
+        p = q + 2;
+    }
+    return p < e && *p == ' ' ? p - s : 0;
+}
+
+/* formats.rfc3339_time (datetime.fromisoformat(...).timestamp(), Python 3.11), then
+ * int(ts // tick), for stamps that are plainly valid; -1 for the rest, which Python decides
+ * (fromisoformat refuses Feb 30, second 60 and offsets of 24 h, accepts offset minutes of 60;
+ * none of that is repeated here).  timestamp() divides whole microseconds by 10**6 as
+ * Python divides ints, which below 2**53 is one correctly rounded double division. */
+static int rfc3339_tick(scanner *sc, const char *s, Py_ssize_t n, int64_t *out, double *ts)
+{
+    static const int DIM[13] = {0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (cached_stamp(sc, s, n, out, ts))
+        return 0;
+    long year = (long)parse_u64(s, 4);
+    int month = two(s + 5), day = two(s + 8), hh = two(s + 11), mm = two(s + 14),
+        ss = two(s + 17);
+    /* 1900..2200: whole microseconds since 1970 stay below 2**53 */
+    if (year < 1900 || year > 2200 || month < 1 || month > 12 || day < 1 ||
+        day > DIM[month] + (month == 2 && leap(year)) || hh > 23 || mm > 59 || ss > 59)
+        return -1;
+    const char *p = s + 19;
+    const char *end = s + n;
+    long long frac = 0; /* microseconds: fromisoformat keeps the first six digits */
+    if (p < end && *p == '.') {
+        Py_ssize_t d = digits(p + 1, end);
+        for (Py_ssize_t i = 0; i < 6; i++)
+            frac = frac * 10 + (i < d ? p[1 + i] - '0' : 0);
+        p += 1 + d;
+    }
+    long long offset = 0;
+    if (p < end && (*p == '+' || *p == '-')) {
+        int oh = two(p + 1);
+        int om = two(p[3] == ':' ? p + 4 : p + 3);
+        if (oh > 23 || om > 59)
+            return -1;
+        offset = (*p == '-' ? -1 : 1) * (long long)(oh * 3600 + om * 60);
+    }
+    long long y = year - 1;
+    long long days = 365 * y + y / 4 - y / 100 + y / 400 - 719162;
+    days += DAYS_BEFORE[month] + day - 1;
+    if (month > 2 && leap(year))
+        days += 1;
+    long long us = ((days * 86400 + hh * 3600 + mm * 60 + ss) - offset) * 1000000 + frac;
+    *ts = (double)us / 1e6;
+    if (tick_index(*ts, sc->tick, out))
+        return -1;
+    if (n <= (Py_ssize_t)sizeof(sc->last_stamp))
+        cache_stamp(sc, s, n, *out, *ts);
     return 0;
 }
 
@@ -453,7 +574,8 @@ static int valid_ip(const char *s, Py_ssize_t n)
 {
     char buf[72];
     unsigned char addr[16];
-    if (n <= 0 || n > 64)
+    /* A NUL would end inet_pton's string early: "10.0.0.1\0x" is not an address. */
+    if (n <= 0 || n > 64 || memchr(s, 0, (size_t)n))
         return 0;
     memcpy(buf, s, (size_t)n);
     buf[n] = 0;
@@ -470,8 +592,8 @@ static int canonical_ip(const char *s, Py_ssize_t n, char *out, uint64_t words[3
 {
     char buf[72];
     unsigned char a[16];
-    if (n <= 0 || n > 64)
-        return -1;
+    if (n <= 0 || n > 64 || memchr(s, 0, (size_t)n))
+        return -1; /* a NUL would end inet_pton's string early */
     memcpy(buf, s, (size_t)n);
     buf[n] = 0;
     if (!memchr(buf, ':', (size_t)n)) {
@@ -564,99 +686,140 @@ static const char *uptime_bracket(const char *s, const char *e, const char **num
 
 typedef struct {
     int64_t tick;
-    int trusted;
+    double ts;
+    int trusted;    /* provably the kernel's: kmsg facility 0, journal _TRANSPORT=kernel */
+    int verifiable; /* the format can prove it (kmsg, journal) */
     const char *msg; /* where the prefix must start */
+    const char *msg_end;
 } header;
 
-/* The record header of one line; 0 ok, -1 not the fast layout. */
-static int read_header(scanner *sc, const char *s, const char *e, header *h)
+/* "Mmm dd HH:MM:SS" as formats._SYSLOG_3164_RE reads it at s ([A-Z][a-z]{2} [ \d]?\d
+ * \d\d:\d\d:\d\d): its length, 15 or 14, or 0.  The day's two layouts exclude each other, so
+ * the regex's backtracking has nothing else to find. */
+static Py_ssize_t rfc3164_shape(const char *s, const char *e)
 {
-    h->trusted = 0;
-    if (sc->fmt == FMT_SYSLOG) {
-        /* [A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d */
-        if (e - s < 16 || !(s[0] >= 'A' && s[0] <= 'Z') || !(s[1] >= 'a' && s[1] <= 'z') ||
-            !(s[2] >= 'a' && s[2] <= 'z') || s[3] != ' ')
-            return -1;
-        Py_ssize_t n;
-        if ((s[4] == ' ' || is_digit((unsigned char)s[4])) && is_digit((unsigned char)s[5]))
-            n = 15;
-        else if (is_digit((unsigned char)s[4]))
-            n = 14;
-        else
-            return -1;
-        const char *t = s + n - 9; /* " HH:MM:SS" */
-        if (t[0] != ' ' || !is_digit((unsigned char)t[1]) || !is_digit((unsigned char)t[2]) ||
-            t[3] != ':' || !is_digit((unsigned char)t[4]) || !is_digit((unsigned char)t[5]) ||
-            t[6] != ':' || !is_digit((unsigned char)t[7]) || !is_digit((unsigned char)t[8]))
-            return -1;
-        if (rfc3164_tick(sc, s, n, &h->tick))
-            return -1;
-        const char *p = s + n;
-        if (p >= e || *p != ' ')
-            return -1;
+    if (e - s < 14 || !(s[0] >= 'A' && s[0] <= 'Z') || !(s[1] >= 'a' && s[1] <= 'z') ||
+        !(s[2] >= 'a' && s[2] <= 'z') || s[3] != ' ')
+        return 0;
+    Py_ssize_t n;
+    if (e - s >= 15 && (s[4] == ' ' || is_digit((unsigned char)s[4])) &&
+        is_digit((unsigned char)s[5]))
+        n = 15;
+    else if (is_digit((unsigned char)s[4]))
+        n = 14;
+    else
+        return 0;
+    const char *t = s + n - 9; /* " HH:MM:SS" */
+    if (t[0] != ' ' || !is_digit((unsigned char)t[1]) || !is_digit((unsigned char)t[2]) ||
+        t[3] != ':' || !is_digit((unsigned char)t[4]) || !is_digit((unsigned char)t[5]) ||
+        t[6] != ':' || !is_digit((unsigned char)t[7]) || !is_digit((unsigned char)t[8]))
+        return 0;
+    return n;
+}
+
+/* A syslog line, as formats.parse_syslog_line reads it: RFC 3164 or RFC 3339 stamp, host,
+ * tag.  Another tag than "kernel:" is HDR_OTHER (parse_syslog_line returns None before it
+ * looks at the stamp). */
+static int syslog_header(scanner *sc, const char *s, const char *e, header *h)
+{
+    int rfc3164 = 1;
+    Py_ssize_t n = rfc3164_shape(s, e);
+    if (!n) {
+        rfc3164 = 0;
+        n = rfc3339_shape(s, e);
+        if (!n)
+            return HDR_BAD;
+    }
+    /* (\S+) (\S+) ? */
+    const char *p = s + n;
+    if (p >= e || *p != ' ')
+        return HDR_BAD;
+    p++;
+    Py_ssize_t host = nonspace(p, e);
+    if (host < 1)
+        return HDR_BAD;
+    p += host;
+    if (p >= e || *p != ' ')
+        return HDR_BAD;
+    p++;
+    Py_ssize_t tag = nonspace(p, e);
+    if (tag < 1)
+        return HDR_BAD;
+    if (tag != 7 || memcmp(p, "kernel:", 7) != 0)
+        return HDR_OTHER;
+    p += 7;
+    /* " ?" -- any other whitespace after the tag is left to the regex */
+    if (p < e) {
+        if (*p != ' ')
+            return HDR_BAD;
         p++;
-        Py_ssize_t host = nonspace(p, e);
-        if (host < 1)
-            return -1;
-        p += host;
-        if (!has(p, e, " kernel: ", 9))
-            return -1;
-        p += 9;
-        const char *num;
-        Py_ssize_t num_len;
-        const char *q = uptime_bracket(p, e, &num, &num_len);
-        if (q) {
-            p = q;
-            if (p < e && *p == ' ')
-                p++;
-        }
-        h->msg = p;
-        return 0;
     }
-    if (sc->fmt == FMT_KMSG) {
-        /* \d{1,10},\d{1,20},\d{1,20},[^;,\n]*(?:,[^;\n]*|); */
-        Py_ssize_t a = digits(s, e);
-        if (a < 1 || a > 10 || s + a >= e || s[a] != ',')
-            return -1;
-        uint64_t pri = parse_u64(s, a);
-        const char *p = s + a + 1;
-        Py_ssize_t b = digits(p, e);
-        if (b < 1 || b > 20 || p + b >= e || p[b] != ',')
-            return -1;
-        p += b + 1;
-        Py_ssize_t c = digits(p, e);
-        if (c < 1 || c > 15 || p + c >= e || p[c] != ',')
-            return -1; /* > 15 digits: int -> float may round; the regex path decides */
-        uint64_t usec = parse_u64(p, c);
-        p += c + 1;
-        const char *semi = memchr(p, ';', (size_t)(e - p));
-        if (!semi)
-            return -1;
-        double ts = sc->boot_wall + (double)usec / 1e6;
-        if (tick_index(ts, sc->tick, &h->tick))
-            return -1;
-        h->trusted = (pri >> 3) == 0;
-        h->msg = semi + 1;
-        return 0;
+    if (rfc3164 ? rfc3164_tick(sc, s, n, &h->tick, &h->ts) : rfc3339_tick(sc, s, n, &h->tick, &h->ts))
+        return HDR_BAD;
+    const char *num;
+    Py_ssize_t num_len;
+    const char *q = uptime_bracket(p, e, &num, &num_len);
+    if (q) {
+        p = q;
+        if (p < e && *p == ' ')
+            p++;
     }
-    /* dmesg: (?:<\d{1,10}>|)\[ *(\d{1,12}\.\d{1,9})\] ?(?:\[ *[TC]\d{1,10}\] |) */
+    h->msg = p;
+    return HDR_OK;
+}
+
+/* PRI,SEQ,USEC,FLAGS[,...]; (formats._KMSG_RE; clocks of more than 15 digits to Python) */
+static int kmsg_header(scanner *sc, const char *s, const char *e, header *h)
+{
+    Py_ssize_t a = digits(s, e);
+    if (a < 1 || a > 10 || s + a >= e || s[a] != ',')
+        return HDR_BAD;
+    uint64_t pri = parse_u64(s, a);
+    const char *p = s + a + 1;
+    Py_ssize_t b = digits(p, e);
+    if (b < 1 || b > 20 || p + b >= e || p[b] != ',')
+        return HDR_BAD;
+    p += b + 1;
+    Py_ssize_t c = digits(p, e);
+    if (c < 1 || c > 15 || p + c >= e || p[c] != ',')
+        return HDR_BAD; /* > 15 digits: int -> float may round; the regex path decides */
+    uint64_t usec = parse_u64(p, c);
+    p += c + 1;
+    const char *semi = memchr(p, ';', (size_t)(e - p));
+    if (!semi)
+        return HDR_BAD;
+    h->ts = sc->boot_wall + (double)usec / 1e6;
+    if (tick_index(h->ts, sc->tick, &h->tick))
+        return HDR_BAD;
+    h->verifiable = 1;
+    h->trusted = (pri >> 3) == 0;
+    h->msg = semi + 1;
+    return HDR_OK;
+}
+
+/* (?:<\d{1,10}>|)\[ *(\d{1,12}\.\d{1,9})\] ?(?:\[ *[TC]\d{1,10}\] |); the time is
+ * boot_wall + the uptime, as file.py's dmesg parser puts it on the wall clock (0.0 in
+ * backtests). */
+static int dmesg_header(scanner *sc, const char *s, const char *e, header *h)
+{
     const char *p = s;
     if (p < e && *p == '<') {
         Py_ssize_t a = digits(p + 1, e);
         if (a < 1 || a > 10 || p + 1 + a >= e || p[1 + a] != '>')
-            return -1;
+            return HDR_BAD;
         p += a + 2;
     }
     const char *num;
     Py_ssize_t num_len;
     p = uptime_bracket(p, e, &num, &num_len);
     if (!p)
-        return -1;
+        return HDR_BAD;
     char buf[32];
     memcpy(buf, num, (size_t)num_len);
     buf[num_len] = 0;
-    if (tick_index(strtod(buf, NULL), sc->tick, &h->tick))
-        return -1;
+    h->ts = strtod(buf, NULL) + sc->boot_wall;
+    if (tick_index(h->ts, sc->tick, &h->tick))
+        return HDR_BAD;
     if (p < e && *p == ' ')
         p++;
     if (p < e && *p == '[') {
@@ -670,7 +833,174 @@ static int read_header(scanner *sc, const char *s, const char *e, header *h)
         }
     }
     h->msg = p;
-    return 0;
+    return HDR_OK;
+}
+
+static inline const char *json_ws(const char *p, const char *e)
+{
+    while (p < e && (*p == ' ' || *p == '\t'))
+        p++;
+    return p;
+}
+
+/* The end of the JSON string whose opening quote is at p (the closing quote), or NULL for
+ * one with an escape: json.loads unescapes, and the message must be the bytes as they are. */
+static inline const char *json_string_end(const char *p, const char *e)
+{
+    for (const char *q = p + 1; q < e; q++) {
+        if (*q == '"')
+            return q;
+        if (*q == '\\')
+            return NULL;
+    }
+    return NULL;
+}
+
+/* One ``journalctl -o json`` line as fastscan._scan_journal reads it (str.splitlines, then
+ * json.loads and formats.parse_journal_json).  Read here: an object whose values are
+ * strings without escapes or null, each of MESSAGE, __REALTIME_TIMESTAMP, _TRANSPORT and
+ * SYSLOG_FACILITY at most once, a timestamp below 2**53 microseconds.  Everything else (numbers,
+ * arrays such as a non-UTF-8 MESSAGE, escapes, duplicate keys, any byte outside printable
+ * ASCII and tab, which str.splitlines or json.loads treat specially) is HDR_BAD. */
+static int journal_header(scanner *sc, const char *s, const char *e, header *h)
+{
+    for (const char *q = s; q < e; q++) {
+        unsigned char c = (unsigned char)*q;
+        if ((c < 0x20 && c != '\t') || c >= 0x7f)
+            return HDR_BAD; /* 0x7f too: rare, and one rule is easier to trust */
+    }
+    const char *p = json_ws(s, e);
+    if (p == e)
+        return HDR_OTHER; /* a blank line */
+    if (*p != '{')
+        return HDR_BAD;
+    p = json_ws(p + 1, e);
+    const char *msg = NULL, *msg_end = NULL, *rt = NULL, *rt_end = NULL;
+    const char *tr = NULL, *tr_end = NULL, *fac = NULL, *fac_end = NULL;
+    int seen_msg = 0, seen_rt = 0, seen_tr = 0, seen_fac = 0;
+    if (p < e && *p == '}')
+        p++;
+    else {
+        for (;;) {
+            if (p >= e || *p != '"')
+                return HDR_BAD;
+            const char *ke = json_string_end(p, e);
+            if (!ke)
+                return HDR_BAD;
+            const char *key = p + 1;
+            size_t klen = (size_t)(ke - key);
+            p = json_ws(ke + 1, e);
+            if (p >= e || *p != ':')
+                return HDR_BAD;
+            p = json_ws(p + 1, e);
+            const char *v = NULL, *ve = NULL; /* NULL: null */
+            if (p < e && *p == '"') {
+                ve = json_string_end(p, e);
+                if (!ve)
+                    return HDR_BAD;
+                v = p + 1;
+                p = ve + 1;
+            }
+            else if (e - p >= 4 && memcmp(p, "null", 4) == 0)
+                p += 4;
+            else
+                return HDR_BAD;
+            const char **vs = NULL, **vend = NULL;
+            int *seen = NULL;
+            if (klen == 7 && memcmp(key, "MESSAGE", 7) == 0)
+                vs = &msg, vend = &msg_end, seen = &seen_msg;
+            else if (klen == 20 && memcmp(key, "__REALTIME_TIMESTAMP", 20) == 0)
+                vs = &rt, vend = &rt_end, seen = &seen_rt;
+            else if (klen == 10 && memcmp(key, "_TRANSPORT", 10) == 0)
+                vs = &tr, vend = &tr_end, seen = &seen_tr;
+            else if (klen == 15 && memcmp(key, "SYSLOG_FACILITY", 15) == 0)
+                vs = &fac, vend = &fac_end, seen = &seen_fac;
+            if (seen) {
+                if ((*seen)++)
+                    return HDR_BAD; /* json.loads keeps the last: left to it */
+                *vs = v;
+                *vend = ve;
+            }
+            p = json_ws(p, e);
+            if (p < e && *p == ',') {
+                p = json_ws(p + 1, e);
+                continue;
+            }
+            if (p < e && *p == '}') {
+                p++;
+                break;
+            }
+            return HDR_BAD;
+        }
+    }
+    if (json_ws(p, e) != e)
+        return HDR_BAD;
+    if (!msg)
+        return HDR_OTHER; /* no MESSAGE, or null: parse_journal_json returns None */
+    Py_ssize_t n = rt ? rt_end - rt : 0;
+    if (n < 1 || n > 16 || digits(rt, rt_end) != n)
+        return HDR_BAD;
+    uint64_t usec = parse_u64(rt, n);
+    if (usec >= (1ULL << 53))
+        return HDR_BAD; /* int / 1e6 rounds the int first from here: left to Python */
+    h->ts = (double)usec / 1e6;
+    if (tick_index(h->ts, sc->tick, &h->tick))
+        return HDR_BAD;
+    int facility0 = 0; /* int(SYSLOG_FACILITY) == 0, for a string of ASCII digits */
+    if (fac) {
+        Py_ssize_t f = fac_end - fac;
+        if (f > 18)
+            return HDR_BAD; /* int() refuses past 4300 digits: left to Python */
+        facility0 = f >= 1 && digits(fac, fac_end) == f;
+        for (const char *q = fac; q < fac_end; q++)
+            facility0 &= *q == '0';
+    }
+    h->verifiable = 1;
+    h->trusted = tr && tr_end - tr == 6 && memcmp(tr, "kernel", 6) == 0 && facility0;
+    h->msg = msg;
+    h->msg_end = msg_end;
+    return HDR_OK;
+}
+
+/* The record header of one line, in the scanner's format. */
+static int read_header(scanner *sc, const char *s, const char *e, header *h)
+{
+    h->trusted = 0;
+    h->verifiable = 0;
+    h->msg_end = e;
+    int fmt = sc->fmt;
+    if (fmt == FMT_AUTO) {
+        /* file.py's auto parser: a digit with "," in the first 12 characters is kmsg, "[" or
+         * "<" dmesg, anything else syslog.  Characters are bytes only while they are ASCII. */
+        if (s == e)
+            return HDR_BAD; /* "" counts as dmesg there: a parse error */
+        const char *lim = e - s > 12 ? s + 12 : e;
+        if ((unsigned char)*s >= 0x80 || (is_digit((unsigned char)*s) && has_high_byte(s, lim)))
+            return HDR_BAD;
+        if (is_digit((unsigned char)*s) && memchr(s, ',', (size_t)(lim - s)))
+            fmt = FMT_KMSG;
+        else if (*s == '[' || *s == '<')
+            fmt = FMT_DMESG;
+        else
+            fmt = FMT_SYSLOG;
+    }
+    int r;
+    switch (fmt) {
+    case FMT_SYSLOG:
+        r = syslog_header(sc, s, e, h);
+        break;
+    case FMT_KMSG:
+        r = kmsg_header(sc, s, e, h);
+        break;
+    case FMT_DMESG:
+        r = dmesg_header(sc, s, e, h);
+        break;
+    default:
+        r = journal_header(sc, s, e, h);
+    }
+    if (r == HDR_OK && h->ts > sc->max_ts)
+        sc->max_ts = h->ts;
+    return r;
 }
 
 /* After a field: the kernel's trailing space, or the end of the line.  Returns the position
@@ -695,13 +1025,25 @@ static int32_t field_index(strtab *t, last_value *last, const char *s, Py_ssize_
     return i;
 }
 
-static int scan_line(scanner *sc, const char *s, const char *e)
+static int scan_line(scanner *sc, const char *s, const char *le)
 {
     header h;
-    if (e - s > MAX_FAST_LINE || read_header(sc, s, e, &h))
+    int hr = read_header(sc, s, le, &h);
+    if (hr == HDR_OTHER)
+        return LINE_SKIP;
+    if (hr == HDR_BAD) {
+        /* Live, the line parser decides whether it is a parse error; a journal line that is
+         * not an entry is one whatever it holds. */
+        if (sc->live || sc->fmt == FMT_JOURNAL)
+            return LINE_FALLBACK;
+        goto slow;
+    }
+    /* From here on e is the end of the message (a journal line's MESSAGE ends earlier). */
+    const char *e = h.msg_end;
+    const char *m = h.msg;
+    if (e - m > MAX_FAST_LINE || (sc->live && memchr(s, '\r', (size_t)(le - s))))
         goto slow;
     /* The longest prefix the message starts with. */
-    const char *m = h.msg;
     Py_ssize_t best = -1;
     for (int i = 0; i < sc->n_prefixes; i++)
         if (sc->prefix_len[i] > best && has(m, e, sc->prefix[i], sc->prefix_len[i]))
@@ -861,8 +1203,8 @@ static int scan_line(scanner *sc, const char *s, const char *e)
     }
     if (dst_index < 0)
         goto slow;
-    if (sc->fmt == FMT_KMSG && !h.trusted) {
-        sc->forged++; /* facility != 0: user space wrote it */
+    if (sc->require_trusted && h.verifiable && !h.trusted) {
+        sc->forged++; /* kmsg facility != 0, journal not _TRANSPORT=kernel: not the kernel's */
         return LINE_ROW;
     }
     /* The log prefix as str.strip() leaves it (ASCII whitespace, 0x1c-0x1f included). */
@@ -886,7 +1228,7 @@ static int scan_line(scanner *sc, const char *s, const char *e)
     return LINE_ROW;
 
 slow:
-    return holds_prefix(sc, s, e) ? LINE_FALLBACK : LINE_SKIP;
+    return holds_prefix(sc, s, le) ? LINE_FALLBACK : LINE_SKIP;
 }
 
 /* ---- Python interface ------------------------------------------------------------------- */
@@ -907,10 +1249,12 @@ static PyObject *strings(const strtab *t)
     return list;
 }
 
-/* (lines, forged, fallback, (dsts, outs, prefixes, protos), dst_words, identities, cells):
+/* (lines, forged, fallback, (dsts, outs, prefixes, protos), dst_words, identities, cells,
+ * max_ts):
  * dst_words: per destination (IP version, high 64 bits, low 64 bits) as uint64; identities
  * as one packed array of 6 int64 columns per row (dst, out, prefix, proto, dpt, uid), cells
- * as packed arrays (tick int64, identity int32, bytes int64, packets int64). */
+ * as packed arrays (tick int64, identity int32, bytes int64, packets int64); max_ts the
+ * newest time among the record headers read (0.0 if none). */
 static PyObject *build_result(scanner *sc, Py_ssize_t lines, PyObject *fallback)
 {
     PyObject *tables = Py_BuildValue("(NNNN)", strings(&sc->dsts), strings(&sc->outs),
@@ -936,14 +1280,14 @@ static PyObject *build_result(scanner *sc, Py_ssize_t lines, PyObject *fallback)
     }
     const celltab *c = &sc->cells;
     PyObject *res = Py_BuildValue(
-        "(nLONy#y#(y#y#y#y#))", lines, (long long)sc->forged, fallback, tables,
+        "(nLONy#y#(y#y#y#y#)d)", lines, (long long)sc->forged, fallback, tables,
         sc->dst_words ? (const char *)sc->dst_words : "",
         (Py_ssize_t)(sc->n_dst_words * 3 * sizeof(uint64_t)),
         (const char *)cols, (Py_ssize_t)(n * 6 * sizeof(int64_t)),
         (const char *)c->tick, (Py_ssize_t)(c->n * sizeof(int64_t)),
         (const char *)c->id, (Py_ssize_t)(c->n * sizeof(int32_t)),
         (const char *)c->bytes, (Py_ssize_t)(c->n * sizeof(int64_t)),
-        (const char *)c->packets, (Py_ssize_t)(c->n * sizeof(int64_t)));
+        (const char *)c->packets, (Py_ssize_t)(c->n * sizeof(int64_t)), sc->max_ts);
     free(cols);
     return res;
 }
@@ -955,8 +1299,9 @@ static PyObject *scan_flows(PyObject *Py_UNUSED(self), PyObject *args)
     PyObject *prefixes;
     long year;
     double tick, boot_wall;
-    if (!PyArg_ParseTuple(args, "y*iO!ldd", &data, &fmt, &PyTuple_Type, &prefixes, &year,
-                          &tick, &boot_wall))
+    int live = 0, require_trusted = 1;
+    if (!PyArg_ParseTuple(args, "y*iO!ldd|pp", &data, &fmt, &PyTuple_Type, &prefixes, &year,
+                          &tick, &boot_wall, &live, &require_trusted))
         return NULL;
     PyObject *res = NULL;
     PyObject *fallback = NULL;
@@ -969,12 +1314,15 @@ static PyObject *scan_flows(PyObject *Py_UNUSED(self), PyObject *args)
     sc->last_src_len = -1;
     sc->last_out.len = sc->last_prefix.len = sc->last_proto.len = -1;
     Py_ssize_t np = PyTuple_GET_SIZE(prefixes);
-    if (fmt < FMT_SYSLOG || fmt > FMT_DMESG || np < 1 || np > MAX_PREFIXES || year < 1 ||
-        !(tick > 0) || !isfinite(boot_wall)) {
+    /* auto only live: the regex path that takes the rest has no per-line format */
+    if (fmt < FMT_SYSLOG || fmt > FMT_AUTO || (fmt == FMT_AUTO && !live) || np < 1 ||
+        np > MAX_PREFIXES || year < 1 || !(tick > 0) || !isfinite(boot_wall)) {
         PyErr_SetString(PyExc_ValueError, "scan_flows: bad format, prefixes, year or tick");
         goto done;
     }
     sc->fmt = fmt;
+    sc->live = live;
+    sc->require_trusted = require_trusted;
     sc->n_prefixes = (int)np;
     sc->year = year;
     sc->tick = tick;
@@ -1065,9 +1413,10 @@ done:
 
 static PyMethodDef methods[] = {
     {"scan_flows", scan_flows, METH_VARARGS,
-     "scan_flows(data, fmt, prefixes, year, tick, boot_wall) -> (lines, fallback, identities, "
-     "cells): fence lines aggregated per (tick, flow identity); lines it cannot read with "
-     "certainty are returned in fallback for the regex path."},
+     "scan_flows(data, fmt, prefixes, year, tick, boot_wall, live=False, require_trusted=True) "
+     "-> (lines, forged, fallback, tables, dst_words, identities, cells, max_ts): fence lines "
+     "aggregated per (tick, flow identity); lines it cannot read with certainty are returned "
+     "in fallback for the regex path (live: for the per-line parsers)."},
     {NULL, NULL, 0, NULL},
 };
 

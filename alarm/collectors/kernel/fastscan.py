@@ -47,7 +47,10 @@ Row = tuple[float, str, str, str, int, str, int | None, int | None, bool]
 # (tick index, dst, proto, dpt, out_if, uid, log_prefix): what a tick's figures are kept by
 FlowKey = tuple[int, str, str, int | None, str, int | None, str]
 BULK_FORMATS = ("syslog", "kmsg", "dmesg")
-_NATIVE_FORMATS = {"syslog": 0, "kmsg": 1, "dmesg": 2}
+# The native scanner's format codes; "auto" (per line) only live, where the per-line parsers
+# take what it hands back.
+_NATIVE_FORMATS = {"syslog": 0, "kmsg": 1, "dmesg": 2, "journal-json": 3}
+_LIVE_FORMATS = {**_NATIVE_FORMATS, "auto": 4}
 
 # Record headers, each starting at the "\n" before the line (_findall gives the first line
 # one), so the regex engine's literal-prefix search jumps from line to line in C.  They follow
@@ -157,7 +160,7 @@ def scan_text(
     """Every fence line of one chunk of complete lines.  ``fmt``: "syslog", "kmsg", "dmesg"
     (bulk) or "journal-json" (per entry).  ``year`` completes RFC3164 stamps (default: this
     year, UTC; a log spanning New Year is not split).  kmsg ``ts`` is ``boot_wall`` + USEC
-    (seconds since boot by default).  Row ``trusted``: kmsg rows are all True (facility != 0
+    (seconds since boot by default), dmesg ``ts`` ``boot_wall`` + the uptime.  Row ``trusted``: kmsg rows are all True (facility != 0
     lines are ``forged`` instead); syslog and dmesg cannot prove origin, so False."""
     lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
     if fmt == "journal-json":
@@ -204,7 +207,7 @@ def scan_text(
         ]
     else:
         rows = [
-            (float(t), strip(p), o, dd, length(ln), pr, port(dp), port(u), False)
+            (float(t) + boot_wall, strip(p), o, dd, length(ln), pr, port(dp), port(u), False)
             for t, p, o, sr, d, ln, pr, dp, u in matches
             if ln and addr(sr) and (dd := addr(d))
         ]
@@ -259,6 +262,7 @@ class FlowScan:
     forged: int = 0
     native: bool = False  # the native scanner read it (lines it handed back excepted)
     handed_back: int = 0  # lines the native scanner left to the regex path
+    max_ts: float = 0.0  # newest record time among the headers the native scanner read
 
     def identities(self) -> list[Identity]:
         return [
@@ -348,6 +352,61 @@ class FlowScan:
         self.packets = np.concatenate([self.packets, sums[:, 1]])
         self.records += len(rows)
 
+    def merge(self, other: FlowScan) -> None:
+        """Append another scan's cells and counts (its identities mapped onto ours)."""
+        self.lines += other.lines
+        self.records += other.records
+        self.parse_errors += other.parse_errors
+        self.forged += other.forged
+        self.handed_back += other.handed_back
+        self.max_ts = max(self.max_ts, other.max_ts)
+        if not len(other.ids):
+            return
+        maps = []
+        for mine, theirs in (
+            (self.dsts, other.dsts),
+            (self.outs, other.outs),
+            (self.prefixes, other.prefixes),
+            (self.protos, other.protos),
+        ):
+            table = {v: i for i, v in enumerate(mine)}
+            index = []
+            for v in theirs:
+                i = table.get(v)
+                if i is None:
+                    i = table[v] = len(mine)
+                    mine.append(v)
+                index.append(i)
+            maps.append(np.array(index, dtype=_I64))
+        if len(self.dsts) > len(self.dst_words):
+            self.dst_words = np.concatenate(
+                [self.dst_words, address_words(self.dsts[len(self.dst_words) :])]
+            )
+        rows = np.stack(
+            [
+                maps[0][other.id_dst],
+                maps[1][other.id_out],
+                maps[2][other.id_prefix],
+                maps[3][other.id_proto],
+                other.id_dpt,
+                other.id_uid,
+            ],
+            axis=1,
+        )
+        n_old = len(self.id_dst)
+        cols = [c.tolist() for c in self._id_columns()]
+        known = {row: i for i, row in enumerate(zip(*cols, strict=True))}
+        remap = np.array(
+            [known.setdefault(tuple(row), len(known)) for row in rows.tolist()], dtype=_I64
+        )
+        new_rows = np.array(list(known)[n_old:], dtype=_I64).reshape(-1, 6)
+        for name, col in zip(_ID_COLUMNS, new_rows.T, strict=True):
+            setattr(self, name, np.concatenate([getattr(self, name), col]))
+        self.ticks = np.concatenate([self.ticks, other.ticks])
+        self.ids = np.concatenate([self.ids, remap[other.ids]])
+        self.nbytes = np.concatenate([self.nbytes, other.nbytes])
+        self.packets = np.concatenate([self.packets, other.packets])
+
     def _id_columns(self) -> list[np.ndarray]:
         return [getattr(self, name) for name in _ID_COLUMNS]
 
@@ -387,21 +446,85 @@ def scan_flows(
 ) -> FlowScan:
     """``scan_text`` of a chunk of complete lines (bytes), summed per flow and tick.
 
-    With the native scanner, lines in the layout the kernel and syslog daemons write are
-    read and summed in C; every other line holding a prefix comes back and goes through
-    ``scan_text``, so the result is the regex's, line for line (the tests check it)."""
+    With the native scanner, lines in the layout the kernel, syslog daemons and journalctl
+    write are read and summed in C; every other line holding a prefix (every journal line
+    that is not a plain entry) comes back and goes through ``scan_text``, so the result is
+    the regex's, line for line (the tests check it)."""
     year = year or time.gmtime().tm_year
-    ascii_prefixes = all(p.isascii() for p in prefixes)
-    if not (native and _native is not None and fmt in _NATIVE_FORMATS and ascii_prefixes):
+    if not (native and _native is not None and fmt in _NATIVE_FORMATS and _ascii(prefixes)):
         text = data.decode("utf-8", "replace")
         result = scan_text(text, fmt, prefixes, year, boot_wall=boot_wall)
         scan = FlowScan(lines=result.lines, parse_errors=result.parse_errors, forged=result.forged)
         scan.add_rows(result.rows, tick)
         return scan
-    lines, forged, fallback, tables, words, id_rows, cells = _native.scan_flows(
-        data, _NATIVE_FORMATS[fmt], tuple(p.encode() for p in prefixes), year, tick, boot_wall
+    scan, fallback = _native_scan(data, _NATIVE_FORMATS[fmt], prefixes, tick, year, boot_wall)
+    if fallback:
+        scan.handed_back = fallback.count(b"\n")
+        text = fallback.decode("utf-8", "replace")
+        rest = scan_text(text, fmt, prefixes, year, boot_wall=boot_wall)
+        scan.parse_errors += rest.parse_errors
+        scan.forged += rest.forged
+        scan.add_rows(rest.rows, tick)
+    return scan
+
+
+def _ascii(prefixes: tuple[str, ...]) -> bool:
+    return all(p.isascii() for p in prefixes)
+
+
+def live_formats() -> tuple[str, ...]:
+    """The formats ``scan_live`` reads natively here (none without the extension)."""
+    return tuple(_LIVE_FORMATS) if _native is not None else ()
+
+
+def scan_live(
+    data: bytes,
+    fmt: str,
+    prefixes: tuple[str, ...],
+    tick: float,
+    year: int,
+    *,
+    boot_wall: float = 0.0,
+    require_trusted: bool = False,
+) -> tuple[FlowScan, bytes]:
+    """The file source's native reading of a chunk of complete lines: the lines it reads
+    with certainty as formats.py's per-line parser (``file.kernel_line_parser(fmt)``) and
+    ``parse_fence`` would, summed per flow and tick, and the lines it does not (each with
+    its newline), for that per-line path: every line whose header it cannot read, whatever
+    it holds (the line parser decides whether it is a parse error), and every line holding a
+    prefix that it cannot read as a fence record.  ``max_ts`` is the newest header time
+    among the lines it read.  Raises ValueError where ``live_formats`` lacks ``fmt`` or a
+    prefix is not ASCII."""
+    if fmt not in live_formats() or not _ascii(prefixes):
+        raise ValueError(f"no native live reading of {fmt!r} with these prefixes")
+    return _native_scan(
+        data,
+        _LIVE_FORMATS[fmt],
+        prefixes,
+        tick,
+        year,
+        boot_wall,
+        live=True,
+        trusted=require_trusted,
     )
-    scan = FlowScan(lines=lines, forged=forged, native=True)
+
+
+def _native_scan(
+    data: bytes,
+    code: int,
+    prefixes: tuple[str, ...],
+    tick: float,
+    year: int,
+    boot_wall: float,
+    *,
+    live: bool = False,
+    trusted: bool = True,
+) -> tuple[FlowScan, bytes]:
+    assert _native is not None
+    lines, forged, fallback, tables, words, id_rows, cells, max_ts = _native.scan_flows(
+        data, code, tuple(p.encode() for p in prefixes), year, tick, boot_wall, live, trusted
+    )
+    scan = FlowScan(lines=lines, forged=forged, native=True, max_ts=max_ts)
     scan.dsts, scan.outs, scan.prefixes, scan.protos = tables
     scan.dst_words = np.frombuffer(words, dtype=np.uint64).reshape(-1, 3)
     cols = np.frombuffer(id_rows, dtype=_I64).reshape(-1, 6)
@@ -413,14 +536,7 @@ def scan_flows(
     scan.nbytes = np.frombuffer(nbytes, dtype=_I64)
     scan.packets = np.frombuffer(packets, dtype=_I64)
     scan.records = int(scan.packets.sum())
-    if fallback:
-        scan.handed_back = fallback.count(b"\n")
-        text = fallback.decode("utf-8", "replace")
-        rest = scan_text(text, fmt, prefixes, year, boot_wall=boot_wall)
-        scan.parse_errors += rest.parse_errors
-        scan.forged += rest.forged
-        scan.add_rows(rest.rows, tick)
-    return scan
+    return scan, fallback
 
 
 def _scan_journal(text: str, prefixes: tuple[str, ...], lines: int) -> ScanResult:
