@@ -48,7 +48,13 @@ class Sink:
 
     @property
     def lines(self) -> list[str]:
-        return [r.message for b in self.batches for r in b.records]
+        # With a chunk reader, every line's message comes in order as the batch's read
+        # (see chunky); the records are only those it handed back.
+        return [
+            m
+            for b in self.batches
+            for m in (b.read if isinstance(b.read, list) else [r.message for r in b.records])
+        ]
 
     @property
     def position(self) -> dict[str, Any] | None:
@@ -62,8 +68,24 @@ async def drain(c: FileTailCollector, sink: Sink, limit: int = 10_000) -> None:
     raise AssertionError("collector never caught up")
 
 
-def collector(paths: list[Path | str], **kw: Any) -> FileTailCollector:
-    return FileTailCollector("files", [str(p) for p in paths], parser, **kw)
+def chunky(data: bytes, parse_lines: Any) -> tuple[list[str], float]:
+    """Test chunk reader: reads the lines whose bytes sum to an even number itself (as the
+    native scanner reads most lines) and hands the others back to the line parser.  Returns
+    every line's message in order, and the newest time among the lines it read."""
+    got, newest = [], 0.0
+    for raw in data.split(b"\n")[:-1]:
+        if sum(raw) % 2 == 0 and raw[:1] not in (b"#", b"B"):
+            got.append(raw.decode("utf-8", "replace"))
+            newest = max(newest, 1000.0 + len(got[-1]))
+        else:
+            got += [r.message for r in parse_lines(raw + b"\n")]
+    return got, newest
+
+
+def collector(paths: list[Path | str], chunks: bool = False, **kw: Any) -> FileTailCollector:
+    return FileTailCollector(
+        "files", [str(p) for p in paths], parser, chunk_reader=chunky if chunks else None, **kw
+    )
 
 
 def write(path: Path, data: str | bytes, mode: str = "ab") -> None:
@@ -79,10 +101,11 @@ def text(ls: list[str]) -> str:
     return "".join(line + "\n" for line in ls)
 
 
-async def test_lines_partial_line_and_stats(tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunks", [False, True])
+async def test_lines_partial_line_and_stats(tmp_path: Path, chunks: bool) -> None:
     log = tmp_path / "kern.log"
     write(log, "one\n#not kernel\nBAD line\ntw")
-    c = collector([log])
+    c = collector([log], chunks)
     sink = Sink()
     await drain(c, sink)
     assert sink.lines == ["one"]  # "tw" waits for its newline
@@ -122,13 +145,14 @@ async def test_position_format(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("pattern", ["kern.log", "kern.log*"])
+@pytest.mark.parametrize("chunks", [False, True])
 async def test_rotation_by_rename_reads_late_writes_to_old_file(
-    tmp_path: Path, pattern: str
+    tmp_path: Path, pattern: str, chunks: bool
 ) -> None:
     log = tmp_path / "kern.log"
     old = lines("old-", 3)
     write(log, text(old))
-    c = collector([tmp_path / pattern])
+    c = collector([tmp_path / pattern], chunks)
     sink = Sink()
     await drain(c, sink)
     late = lines("late-", 4)
@@ -180,10 +204,11 @@ async def test_rotation_old_file_finished_before_new_one(tmp_path: Path) -> None
         await c2.close()
 
 
-async def test_copytruncate(tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunks", [False, True])
+async def test_copytruncate(tmp_path: Path, chunks: bool) -> None:
     log = tmp_path / "kern.log"
     write(log, text(lines("a-", 5)))
-    c = collector([log])
+    c = collector([log], chunks)
     sink = Sink()
     await drain(c, sink)
     write(log, "half-writ")  # read as a partial line...
@@ -207,11 +232,12 @@ async def test_copytruncate(tmp_path: Path) -> None:
     await c.close()
 
 
-async def test_restart_mid_file_exactly_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunks", [False, True])
+async def test_restart_mid_file_exactly_once(tmp_path: Path, chunks: bool) -> None:
     log = tmp_path / "kern.log"
     first = lines("x-", 100)
     write(log, text(first))
-    c = collector([log], batch_lines=10)
+    c = collector([log], chunks, batch_lines=10)
     sink = Sink()
     for _ in range(5):
         await c.poll(sink)
@@ -219,7 +245,7 @@ async def test_restart_mid_file_exactly_once(tmp_path: Path) -> None:
     await c.close()
     more = lines("x-", 50, 100)
     write(log, text(more))
-    c2 = collector([log], position=sink.position, batch_lines=10)
+    c2 = collector([log], chunks, position=sink.position, batch_lines=10)
     await drain(c2, sink)
     assert sink.lines == first + more
     await c2.close()
@@ -311,7 +337,8 @@ async def test_restart_after_truncation_while_stopped(tmp_path: Path) -> None:
     await c3.close()
 
 
-async def test_ten_megabyte_line_bounded_memory(tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunks", [False, True])
+async def test_ten_megabyte_line_bounded_memory(tmp_path: Path, chunks: bool) -> None:
     log = tmp_path / "kern.log"
     max_line = 1 << 20
     before, after = lines("pre-", 100), lines("post-", 100)
@@ -320,7 +347,7 @@ async def test_ten_megabyte_line_bounded_memory(tmp_path: Path) -> None:
         for _ in range(10):
             f.write(b"y" * (1 << 20))
         f.write(b"\n" + text(after).encode())
-    c = collector([log], max_line_bytes=max_line)
+    c = collector([log], chunks, max_line_bytes=max_line)
     sink = Sink()
     tracemalloc.start()
     try:
@@ -335,9 +362,12 @@ async def test_ten_megabyte_line_bounded_memory(tmp_path: Path) -> None:
     await c.close()
 
 
-async def test_oversized_line_arriving_across_polls_and_small_limit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunks", [False, True])
+async def test_oversized_line_arriving_across_polls_and_small_limit(
+    tmp_path: Path, chunks: bool
+) -> None:
     log = tmp_path / "kern.log"
-    c = collector([log], max_line_bytes=1000)
+    c = collector([log], chunks, max_line_bytes=1000)
     sink = Sink()
     write(log, "ok-1\n")
     await drain(c, sink)
@@ -427,9 +457,10 @@ async def test_glob_picks_up_new_file_with_run(tmp_path: Path) -> None:
     assert set(sink.position["files"]) == {str(tmp_path / "a.log"), str(tmp_path / "b.log")}  # type: ignore[index]
 
 
-async def test_start_at_end_for_new_files(tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunks", [False, True])
+async def test_start_at_end_for_new_files(tmp_path: Path, chunks: bool) -> None:
     write(tmp_path / "a.log", text(lines("old-", 10)) + "being-wr")
-    c = collector([tmp_path / "*.log"], start_at_end_for_new_files=True)
+    c = collector([tmp_path / "*.log"], chunks, start_at_end_for_new_files=True)
     sink = Sink()
     await drain(c, sink)
     assert sink.lines == []
@@ -459,6 +490,7 @@ LINE = re.compile(r"^L\d{6}-x*$")
     pattern=st.sampled_from(["kern.log", "kern.log*"]),
     batch_lines=st.sampled_from([2, 5, 5000]),
     pad=st.integers(0, 200),
+    chunks=st.booleans(),
 )
 def test_random_interleavings(
     tmp_path_factory: pytest.TempPathFactory,
@@ -466,12 +498,14 @@ def test_random_interleavings(
     pattern: str,
     batch_lines: int,
     pad: int,
+    chunks: bool,
 ) -> None:
-    asyncio.run(_interleave(tmp_path_factory.mktemp("tail"), ops, pattern, batch_lines, pad))
+    d = tmp_path_factory.mktemp("tail")
+    asyncio.run(_interleave(d, ops, pattern, batch_lines, pad, chunks))
 
 
 async def _interleave(
-    d: Path, ops: list[tuple[str, int]], pattern: str, batch_lines: int, pad: int
+    d: Path, ops: list[tuple[str, int]], pattern: str, batch_lines: int, pad: int, chunks: bool
 ) -> None:
     log = d / "kern.log"
     log.touch()
@@ -482,7 +516,7 @@ async def _interleave(
     rotated = 0
     truncated = False
     sink = Sink()
-    c = collector([d / pattern], batch_lines=batch_lines)
+    c = collector([d / pattern], chunks, batch_lines=batch_lines)
     # Following from the start: a file rotated away before we ever looked is not ours to read.
     await c.poll(sink)
 
@@ -526,7 +560,7 @@ async def _interleave(
                 await c.poll(sink)
         elif op == "restart":
             await c.close()
-            c = collector([d / pattern], batch_lines=batch_lines, position=sink.position)
+            c = collector([d / pattern], chunks, batch_lines=batch_lines, position=sink.position)
 
     finish_partial()
     os.close(writer)

@@ -13,6 +13,7 @@ classifier's input.  Its contributor name is ``10.0.0.5:443/TCP``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,14 @@ import numpy as np
 from pydantic import Field
 
 from alarm.collectors.base import SourceSettings
-from alarm.collectors.kernel.fastscan import FlowScan, Row, native_available, scan_flows
+from alarm.collectors.kernel.fastscan import (
+    FlowScan,
+    Row,
+    live_formats,
+    native_available,
+    scan_flows,
+    scan_live,
+)
 from alarm.collectors.kernel.netfilter import MAX_LINE, FenceParseError, parse_fence
 from alarm.collectors.kernel.records import KernelRecord
 from alarm.events import WriteEvents
@@ -101,12 +109,13 @@ class FenceReader:
         self.tick = tick
         self.canary: CanaryClaims | None = None
 
-    def read(self, records: list[KernelRecord]) -> FenceRead:
+    def read(self, records: list[KernelRecord], scan: FlowScan | None = None) -> FenceRead:
+        """``scan``: cells already read from the same batch (``read_chunk``), added to."""
         out = FenceRead(None)
         canary = self.canary
         if canary is not None and canary.expecting():
             records = canary.divert(records, self.prefixes, self.require_trusted)
-        scan = FlowScan()
+        base, scan = scan, FlowScan()
         if len(records) >= NATIVE_BATCH and native_available():
             scan, records = self._native(records, out)
         rows: list[Row] = []
@@ -135,8 +144,44 @@ class FenceReader:
                 )
             )
         scan.add_rows(rows, self.tick)
+        if base is not None:
+            base.merge(scan)
+            scan = base
         out.events = flow_events(scan, self.tick)
         return out
+
+    def can_read_chunks(self, fmt: str) -> bool:
+        return fmt in live_formats() and all(p.isascii() for p in self.prefixes)
+
+    def read_chunk(
+        self,
+        data: bytes,
+        fmt: str,
+        year: int,
+        boot_wall: float,
+        parse_lines: Callable[[bytes], list[KernelRecord]],
+    ) -> tuple[FenceRead, float]:
+        """Complete lines of a text log in ``fmt`` (as file.kernel_line_parser reads them)
+        as ``read`` would make them into events line by line, through the native scanner;
+        what it cannot read with certainty goes through ``parse_lines`` (the line parser)
+        and ``read``.  Returns the read and the newest record time the scanner read.  While
+        the canary waits for its records, every line goes the per-line way: its claims are
+        made on records."""
+        canary = self.canary
+        if canary is not None and canary.expecting():
+            return self.read(parse_lines(data)), 0.0
+        scan, rest = scan_live(
+            data,
+            fmt,
+            self.prefixes,
+            self.tick,
+            year,
+            boot_wall=boot_wall,
+            require_trusted=self.require_trusted,
+        )
+        out = self.read(parse_lines(rest) if rest else [], scan)
+        out.forged += scan.forged
+        return out, scan.max_ts
 
     def _native(
         self, records: list[KernelRecord], out: FenceRead

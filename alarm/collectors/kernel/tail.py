@@ -37,7 +37,10 @@ poll.  Each poll's counter deltas travel in the batch with its position, so they
 
 The tailer knows files, not fence records (mtail's tailer apart from its programs): it hands a
 :class:`TailBatch` of parsed records to ``emit``; the file source (file.py) reads them into
-write events with ``reader`` inside the same worker call.
+write events with ``reader`` inside the same worker call.  With a ``chunk_reader`` the lines
+are not parsed one by one: each poll's complete lines go to it as one chunk of bytes (the
+file source's native scanner), and it hands the lines it cannot read back to the line
+parser through a callback; positions, rotation, truncation and partial lines are the same.
 """
 
 from __future__ import annotations
@@ -68,6 +71,12 @@ COMPRESSED_SUFFIXES = (".gz", ".xz", ".bz2", ".zst", ".lz4", ".zip", ".Z")
 
 Ident = tuple[int, int]  # (st_dev, st_ino)
 LineParser = Callable[[str], KernelRecord | None]
+# Lines (each with its newline) -> their records, parsed by line_parser and counted as the
+# per-line path counts them (parse errors, newest record time).
+ParseLines = Callable[[bytes], list[KernelRecord]]
+# (complete lines of one poll, the per-line path for what it does not read itself) ->
+# (what ``reader`` would have made of the poll's records, newest record time it read).
+ChunkReader = Callable[[bytes, ParseLines], tuple[Any, float]]
 
 
 @dataclass(slots=True)
@@ -120,6 +129,7 @@ class _Poll:
     """What one poll found.  Counter deltas are applied after the batch is emitted."""
 
     records: list[KernelRecord] = field(default_factory=list)
+    chunks: list[bytes] = field(default_factory=list)  # complete lines, for chunk_reader
     lines_left: int = 0
     bytes_left: int = 0
     read: int = 0
@@ -170,6 +180,7 @@ class FileTailCollector:
         batch_lines: int = 5000,
         start_at_end_for_new_files: bool = False,
         reader: Callable[[list[KernelRecord]], Any] | None = None,
+        chunk_reader: ChunkReader | None = None,
     ) -> None:
         if max_line_bytes < 1 or batch_lines < 1:
             raise ValueError("max_line_bytes and batch_lines must be positive")
@@ -177,6 +188,7 @@ class FileTailCollector:
         self.paths = list(paths)
         self.line_parser = line_parser
         self.reader = reader
+        self.chunk_reader = chunk_reader
         self.poll_interval = poll_interval
         self.max_line_bytes = max_line_bytes
         self.batch_lines = batch_lines
@@ -337,9 +349,22 @@ class FileTailCollector:
                 self._remember(path, ident)
         res.position = self._position()
         self._cold = False
-        if self.reader is not None:
+        if self.chunk_reader is not None:
+            data = b"".join(res.chunks)
+            res.chunks = []
+            if data:
+                res.read_result, ts = self.chunk_reader(data, lambda b: self._parse_lines(b, res))
+                res.last_ts = max(res.last_ts, ts)
+        elif self.reader is not None:
             res.read_result = self.reader(res.records)
         return res
+
+    def _parse_lines(self, block: bytes, res: _Poll) -> list[KernelRecord]:
+        """What a chunk reader hands back, through the line parser (already counted read)."""
+        start = len(res.records)
+        for raw in block.split(b"\n")[:-1]:
+            self._parse(raw, res)
+        return res.records[start:]
 
     def _scan(self, res: _Poll) -> dict[str, os.stat_result]:
         """Regular files matching the globs now, in a stable order."""
@@ -483,6 +508,9 @@ class FileTailCollector:
         res.count("oversized_lines")
 
     def _take_lines(self, f: _File, res: _Poll) -> None:
+        if self.chunk_reader is not None:
+            self._take_block(f, res)
+            return
         buf = f.pending
         start = 0
         limit = self.max_line_bytes
@@ -499,8 +527,38 @@ class FileTailCollector:
         if start:
             del buf[:start]
 
+    def _take_block(self, f: _File, res: _Poll) -> None:
+        """``_take_lines`` for a chunk reader: the complete lines (within the poll's line
+        budget) as one block of bytes, without a Python step per line."""
+        buf = f.pending
+        end = buf.rfind(b"\n") + 1
+        if not end or res.lines_left <= 0:
+            return
+        n = buf.count(b"\n", 0, end)
+        if n > res.lines_left:
+            n, end = res.lines_left, 0
+            for _ in range(n):
+                end = buf.find(b"\n", end) + 1
+        block = bytes(buf[:end])
+        del buf[:end]
+        res.lines_left -= n
+        if end > self.max_line_bytes:  # a line in it may be over the limit
+            kept = []
+            for line in block.split(b"\n")[:-1]:
+                if len(line) > self.max_line_bytes:
+                    self._oversized(res)
+                else:
+                    kept.append(line + b"\n")
+            block = b"".join(kept)
+            n = len(kept)
+        res.read += n
+        res.chunks.append(block)
+
     def _line(self, raw: bytes | bytearray, res: _Poll) -> None:
         res.read += 1
+        self._parse(raw, res)
+
+    def _parse(self, raw: bytes | bytearray, res: _Poll) -> None:
         text = raw.decode("utf-8", errors="replace")
         try:
             rec = self.line_parser(text)
@@ -522,6 +580,9 @@ class FileTailCollector:
         if f.pending and not f.skipping:
             if len(f.pending) > self.max_line_bytes:
                 self._oversized(res)
+            elif self.chunk_reader is not None:
+                res.read += 1
+                res.chunks.append(bytes(f.pending) + b"\n")
             else:
                 self._line(bytes(f.pending), res)
             res.lines_left -= 1
