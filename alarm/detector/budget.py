@@ -401,6 +401,14 @@ class BudgetBank:
         self.follow_excess[:, rows] = 0.0
         self.last_step[:, rows] = 0.0
 
+    def start_again(self, row: int) -> None:
+        """A derived budget's page was folded (rules/precedent.py): what it summed is known
+        traffic or part of an incident already paged, so its sums start again and it judges
+        what comes on top."""
+        self.excess[:, row] = 0.0
+        self.follow_excess[:, row] = 0.0
+        self.last_step[:, row] = 0.0
+
     def binding(self, row: int) -> int:
         """The horizon closest to (or furthest past) its tolerance."""
         return int(np.argmax(self.excess[:, row] / self.tolerance[:, row]))

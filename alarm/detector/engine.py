@@ -28,14 +28,13 @@ from alarm.detector.relative import RelativeBank
 from alarm.detector.rows import AGGREGATE, plan_rows
 from alarm.detector.rules import RULES, RuleRows, TickInput
 from alarm.detector.rules.ledger import Ledger
-from alarm.detector.rules.precedent import Precedent
+from alarm.detector.rules.precedent import Incidents, Precedent
 from alarm.detector.seasonal import DAY, DAY_SLOTS_PER_HOUR, Prediction, SeasonalBaseline
 from alarm.detector.spike import STATISTICS, SizeLevel, SpikeJudgement, SpikeModel
 from alarm.detector.swarm import MemberShift
 from alarm.detector.tail import TailBank
 from alarm.detector.views import SurfaceFigures, SurfaceMap
 from alarm.detector.whole_tick import WholeTick
-from alarm.notify_config import DEFAULT_SEVERITIES, SEVERITY_ORDER
 from alarm.surfaces import SurfaceKey
 
 log = logging.getLogger("capalarm.detector")
@@ -65,9 +64,6 @@ SLOW_ARRAYS = frozenset(
         *(f"ledger.{a}" for a in Ledger.SLOW),
     }
 )
-# A page on a surface that another rule paged about this recently, and still fires, is part of
-# that incident (Detector._fold).
-JOIN_WINDOW = 3600.0
 # An aggregate's alert names the members that wrote most in the tick, with their contributors.
 AGGREGATE_EVIDENCE_MEMBERS = 5
 
@@ -224,6 +220,7 @@ class Detector:
             )
             self._describers[name] = self._rule_describer(name)
         self.precedent = Precedent(self.ledger, derived)
+        self.incidents = Incidents(n, list(self.alert_banks))
         # Saved arrays with a column per aggregate (restored by the aggregates' keys).
         self._per_aggregate = frozenset(
             f"{name}.{a}"
@@ -335,38 +332,35 @@ class Detector:
 
     def _fold(self, changes: list[AlertChange], now: float, tick: float) -> list[AlertChange]:
         """New pages that are not news are folded: the alert goes back to rest and nobody is
-        paged.  A short-memory rule's page on what the surface has done before (precedent,
-        rules/precedent.py); and any page on a surface that another rule, at least as
-        severe, paged about less than JOIN_WINDOW ago and still fires: one incident on a
-        surface is one page, not one per rule that sees it."""
+        paged.  A learning rule's page on a surface in its first days of life, or a
+        short-memory rule's page on what the surface has done before (rules/precedent.py);
+        and any page during an open incident on the surface (Incidents): one incident on a
+        surface is one page, named by the rule that paged first, not one per rule."""
         kept = []
         precedent = self.precedent
+        start = now - tick
         for c in changes:
-            if c.state == "firing" and c.previous != "firing" and c.target_type == "surface":
-                row = self.index.get((c.kind, c.target))
-                if row is not None and (
-                    (precedent.foldable(c.rule, row) and precedent.recurs(c.rule, row, now - tick))
-                    or self._joins_open_incident(c.rule, row, now)
-                ):
-                    bank = self.alert_banks[c.rule]
-                    bank.state[row] = AlertState.INACTIVE
-                    bank.clear_since[row] = np.nan
-                    precedent.folded[row] += 1
-                    continue
+            row = self.index.get((c.kind, c.target)) if c.target_type == "surface" else None
+            if row is None or c.state != "firing" or c.previous == "firing":
+                kept.append(c)
+                continue
+            if precedent.young(c.rule, row, start) or (
+                precedent.foldable(c.rule, row) and precedent.recurs(c.rule, row, start)
+            ):
+                fold = True
+            else:
+                fold = self.incidents.joins(c.rule, row, now)
+            if fold:
+                bank = self.alert_banks[c.rule]
+                bank.state[row] = AlertState.INACTIVE
+                bank.clear_since[row] = np.nan
+                precedent.folded[row] += 1
+                if c.rule == "budget" and self.budget.derived[row]:
+                    self.budget.start_again(row)
+                continue
+            self.incidents.opened(c.rule, row, now)
             kept.append(c)
         return kept
-
-    def _joins_open_incident(self, rule: str, row: int, now: float) -> bool:
-        rank = _severity_rank(rule)
-        for name, bank in self.alert_banks.items():
-            if (
-                name != rule
-                and bank.state[row] == AlertState.FIRING
-                and now - bank.started_at[row] <= JOIN_WINDOW
-                and _severity_rank(name) >= rank
-            ):
-                return True
-        return False
 
     def _rule_describer(self, name: str) -> Callable[..., tuple[float, float, str]]:
         rule = self.rules[name]
@@ -1054,6 +1048,7 @@ class Detector:
         out |= {f"beacon.{a}": getattr(self.beacon, a) for a in BeaconBank.STATE}
         out |= {f"duty.{a}": getattr(self.duty, a) for a in DutyBank.STATE}
         out |= {f"ledger.{a}": getattr(self.ledger, a) for a in Ledger.STATE}
+        out |= {f"incidents.{a}": getattr(self.incidents, a) for a in Incidents.STATE}
         for name, rule in self.rules.items():
             out |= {f"{name}.{a}": getattr(rule, a) for a in rule.STATE}
         for rule, bank in self.alert_banks.items():
@@ -1309,11 +1304,6 @@ def _as_slice(members: np.ndarray) -> slice | np.ndarray:
 
 def _source_machine(name: str, rule: str) -> AlertMachine:
     return AlertMachine(f"source/{name}", rule, 0.0, SOURCE_RESOLVE_HOLD, 1.0)
-
-
-def _severity_rank(rule: str) -> int:
-    """How severe a rule's pages are by default (a higher rank is more severe)."""
-    return SEVERITY_ORDER.index(DEFAULT_SEVERITIES.get(rule, "warning"))
 
 
 def _state_name(state: AlertState) -> str:

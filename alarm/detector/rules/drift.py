@@ -12,9 +12,10 @@ the kept days up to two days ago, from the day the row first wrote (at least one
 ``m``, spread ``s`` and largest ``x``.  The threshold is the largest of ``ratio`` x m, ``over_max`` x x and m + 4 s, plus a
 margin (what a few stray packets are); the last day is the larger of the ledger's two open
 day windows.  With fewer than a week of such days the ratios are those of a young surface
-(6 and 3), after that 3 and 2: a week of days has seen the surface's own weekly swing.  It
+(6 and 3), after that 3 and 3: a week of days has seen the surface's own weekly swing.  It
 fires when any quantity passes its threshold, and resolves an hour after every quantity is
-below half of it.
+below half of it.  (The largest day is a bound of its own, three times over: a surface that
+works in sessions has days several times its mean by habit.)
 
 That sees a writer who multiplies what the surface carries.  One who follows the surface's
 own daily curve, adding a third to every tick it writes, is within its largest days; but a
@@ -41,7 +42,7 @@ from alarm.detector.rules.ledger import DAY, NO_PERIOD, QUANTITIES
 LAG_DAYS = 2  # a day joins the baseline two days after it began
 MATURE_DAYS = 7
 RATIO = (6.0, 3.0)  # x the mean day: young, mature
-OVER_MAX = (3.0, 2.0)  # x the largest day kept: young, mature
+OVER_MAX = (3.0, 3.0)  # x the largest day kept: young, mature
 SPREADS = 4.0
 # What a day may add whatever the history: 1 KiB of capacity, 8 writes, 8 written ticks.
 MARGIN = np.array([8192.0, 8.0, 8.0])
@@ -52,6 +53,7 @@ WEEKDAY_MIN = 2  # days of the same weekday kept
 WEEKDAY_MIN_DOF = 6  # days beyond one per weekday, for the spread
 WEEKDAY_SPREAD_FLOOR = 0.05
 WEEKDAY_CLEAR = 1.1
+COMPARABLE = np.log(4.0)  # weekdays whose mean day is within 4x below today's pool spreads
 WORDS = {"bits": "bits", "events": "writes", "written_ticks": "written ticks"}
 
 
@@ -106,8 +108,19 @@ class DriftRule(Rule):
         breached = (self.recent > self.threshold).any(axis=0)
         breached |= (self.today > self.weekday_threshold).any(axis=0)
         clear = (self.recent <= CLEAR_FRACTION * self.threshold).all(axis=0)
-        clear &= (self.today <= self.weekday_threshold / WEEKDAY_CLEAR).all(axis=0)
+        # Today starts from nothing at midnight: yesterday's whole day must be clear too, or a
+        # writer paged yesterday is paged again every day.
+        past = np.maximum(self.today, self._yesterday(daily, days, today))
+        clear &= (past <= self.weekday_threshold / WEEKDAY_CLEAR).all(axis=0)
         return breached, clear
+
+    def _yesterday(self, daily: np.ndarray, days: np.ndarray, today: int) -> np.ndarray:
+        """Yesterday's totals (quantity, rows), from the ledger's whole days (0 if not kept)."""
+        ledger = self.rows.ledger
+        kept = ledger.day_of == today - 1
+        if not kept.any():
+            return np.zeros_like(self.today)
+        return ledger.daily[:WEEKDAY_QUANTITIES, int(np.flatnonzero(kept)[0])].astype(np.float64)
 
     def _weekday(
         self, daily: np.ndarray, days: np.ndarray, lived: np.ndarray, today: int
@@ -117,15 +130,25 @@ class DriftRule(Rule):
         where the row has WEEKDAY_MIN such days; +inf elsewhere."""
         logs = np.log1p(daily[:WEEKDAY_QUANTITIES])  # (quantity, days, rows)
         weekday = days % 7
-        sq = np.zeros((WEEKDAY_QUANTITIES, lived.shape[1]))
-        dof = np.zeros(lived.shape[1])
+        n = lived.shape[1]
+        groups = [lived & (weekday == w)[:, None] for w in range(7)]  # (days, rows) each
+        counts = np.array([g.sum(axis=0) for g in groups])  # (weekday, rows)
+        means = np.array(
+            [
+                np.where(g, logs, 0.0).sum(axis=1) / np.maximum(c, 1)
+                for g, c in zip(groups, counts, strict=True)
+            ]
+        )  # (weekday, quantity, rows)
+        # The spread is pooled over the weekdays of today's scale: a workday surface's
+        # weekend days, a few strays each, vary far more than its working days.
+        own = means[today % 7]
+        sq = np.zeros((WEEKDAY_QUANTITIES, n))
+        dof = np.zeros((WEEKDAY_QUANTITIES, n))
         for w in range(7):
-            group = lived & (weekday == w)[:, None]  # (days, rows)
-            count = group.sum(axis=0)
-            mean = np.where(group, logs, 0.0).sum(axis=1) / np.maximum(count, 1)
-            dev = np.where(group, logs - mean[:, None, :], 0.0)
-            sq += (dev * dev).sum(axis=1)
-            dof += np.maximum(count - 1, 0)
+            comparable = means[w] >= own - COMPARABLE
+            dev = np.where(groups[w], logs - means[w][:, None, :], 0.0)
+            sq += np.where(comparable, (dev * dev).sum(axis=1), 0.0)
+            dof += np.where(comparable, np.maximum(counts[w] - 1, 0), 0)
         spread = np.sqrt(sq / np.maximum(dof, 1))
         spread = np.maximum(spread, WEEKDAY_SPREAD_FLOOR)
         same = lived & (weekday == today % 7)[:, None]

@@ -10,7 +10,7 @@ in sessions a few times a week, is outside their memory.  The ledger keeps, per 
 - per window length and quantity, the largest completed window of each of the last
   ``WEEKS`` calendar weeks (a ring shared by every row, since all rows share the clock), and
   the largest single tick and longest run of written ticks of each;
-- per hour of the week, the largest hour-aligned window of bits, over the previous weeks:
+- per hour of the week, the largest hour-long window of bits ending in it, over the previous weeks:
   two copies reset six weeks apart and three weeks out of phase, so their maximum always
   covers at least the last three full weeks (a fortnightly job's last occurrence) and at most
   six, in 1.3 kB a row instead of a ring of weeks per hour;
@@ -48,6 +48,7 @@ class Ledger:
     # Per-row arrays saved with the detector's state (rows last); ``SLOW`` among them change
     # only when a window closes and are saved on the slow cadence.
     STATE = (
+        "born_at",
         "first_day",
         "block",
         "block_peak",
@@ -84,6 +85,7 @@ class Ledger:
         # The first day each row was written (NO_PERIOD: never yet): its life, in days, is
         # what its history is measured in, not the detector's.
         self.first_day = np.full(n, NO_PERIOD, dtype=np.int64)
+        self.born_at = np.full(n, np.nan)  # when each row first wrote (NaN: not yet)
         self.window = np.zeros((len(HORIZONS), 2, q, n))
         self.week_max = np.zeros((len(HORIZONS), q, WEEKS, n), dtype=np.float32)
         self.week_of = np.full(WEEKS, NO_PERIOD, dtype=np.int64)  # which week each slot holds
@@ -122,6 +124,7 @@ class Ledger:
         if self._unborn and written.any():
             born = written & (self.first_day == NO_PERIOD)
             self.first_day[born] = math.floor(start / 86400.0)
+            self.born_at[born] = start
             self._unborn = bool((self.first_day == NO_PERIOD).any())
 
     def _advance(self, b: int) -> None:
@@ -173,10 +176,12 @@ class Ledger:
         if self.week_of[slot] < week:
             self._start_week(slot, week)
         np.maximum(self.week_max[h, :, slot], values, out=self.week_max[h, :, slot])
-        if h == HOUR and phase == 0:
-            hour = int(((end - 3600.0) % WEEK) // 3600.0)
+        if h == HOUR:
+            # Both phases: an hour-long job that straddles the clock hour is whole in the
+            # window half an hour later, kept at the hour that window ends in.
+            hour = int(((end - BLOCK) % WEEK) // 3600.0)
             np.maximum(self.slot_now[hour], values[0], out=self.slot_now[hour])
-            if hour == HOURS_A_WEEK - 1:
+            if phase == 0 and hour == HOURS_A_WEEK - 1:
                 self._roll_week(week)
         if h == DAY and phase == 0:
             day = int((end - 86400.0) // 86400.0)

@@ -13,8 +13,8 @@ Two kinds of precedent, either enough:
 
 - **the same hour of the week**: the last hour's bits within ``MARGIN`` x the largest hour at
   this hour of the week (or the hours either side) in the previous weeks, and the last ten
-  minutes within it too; the last day's bits and writes, the tick's bits and the run of
-  written ticks within ``MARGIN`` x the largest of the previous weeks.  One earlier
+  minutes within it too; the last day's bits and writes and the run of written ticks within
+  ``MARGIN`` x the largest of the previous weeks, the tick's bits within ``TICK_MARGIN``.  One earlier
   occurrence is enough: a job that recurs on the clock.
 - **any time, in two weeks**: the last tick, ten minutes, hour and day, in bits, writes and
   written ticks, and the run, each within ``MARGIN`` x the *second* largest weekly maximum of
@@ -24,6 +24,14 @@ Two kinds of precedent, either enough:
 
 The run of written ticks without a pause is a scale too (the duty rule's run statistic): a
 weekly job that writes every tick for half an hour has done so before.
+
+A surface's life is counted from its first write, not from when it was declared.  One that
+first wrote a day or more after it was first watched (declared before it was put to use) is
+young until it has lived the new-surface rule's learning (two days): the rules that learn what
+is normal for it (spike, derived budget, duty, drift) learnt only its silence, however many
+weeks of it, and their pages are folded; the new-surface rule's default for its kind, the
+dormant rule and a declared budget judge it then.  One that wrote from its first day is
+judged by those rules' own learning periods, which began with it.
 
 What is never folded: a declared budget (the operator's own limit), the beacon rule (its
 evidence is regularity, not volume), the drift rule (it has its own weeks) and the new-surface
@@ -36,9 +44,17 @@ from __future__ import annotations
 import numpy as np
 
 from alarm.detector.rules.ledger import DAY, HORIZONS, HOUR, Ledger
+from alarm.detector.rules.newsurface import LEARNING
 
 MARGIN = 1.3
+# A scheduled run's largest tick varies more from run to run than its hour does (how its bytes
+# fall across its ticks): on the clock, a tick may be twice the largest of earlier weeks.
+TICK_MARGIN = 2.0
+JOIN_WINDOW = 3600.0  # a surface's incident stays open this long after its last breach
+MAX_INCIDENT = 6 * 3600.0
 FOLDED_RULES = frozenset({"spike", "budget", "duty", "dormant"})
+LATE = 86400.0  # a first write this long after the row was first watched: a late start
+YOUNG_FOLDED = frozenset({"spike", "budget", "duty", "drift"})
 ON_THE_CLOCK_ONLY = frozenset({"dormant"})  # a write after silence: only a scheduled one
 TICK = len(HORIZONS)  # the ledger's index of the single tick
 
@@ -52,6 +68,15 @@ class Precedent:
     def foldable(self, rule: str, row: int) -> bool:
         return rule in FOLDED_RULES and (rule != "budget" or bool(self.derived[row]))
 
+    def young(self, rule: str, row: int, start: float) -> bool:
+        """Whether ``rule``'s page on ``row`` comes before the row has lived LEARNING."""
+        if rule not in YOUNG_FOLDED or (rule == "budget" and not self.derived[row]):
+            return False
+        ledger = self.ledger
+        born = float(ledger.born_at[row])
+        watched_from = start - float(ledger.seen[row])
+        return born - watched_from >= LATE and start - born < LEARNING
+
     def recurs(self, rule: str, row: int, start: float) -> bool:
         """Whether what ``row`` carries now has a precedent (see the module docstring)."""
         ledger = self.ledger
@@ -61,7 +86,7 @@ class Precedent:
         slot = float(ledger.hour_of_week(start, rows)[0])
         on_the_clock = (
             slot > 0.0
-            and now[TICK, 0] <= MARGIN * top[TICK, 0]
+            and now[TICK, 0] <= TICK_MARGIN * top[TICK, 0]
             and now[TICK, 2] <= MARGIN * top[TICK, 2]
             and now[HOUR, 0] <= MARGIN * slot
             and now[0, 0] <= MARGIN * slot
@@ -70,3 +95,41 @@ class Precedent:
         if on_the_clock or rule in ON_THE_CLOCK_ONLY:
             return on_the_clock
         return bool((now <= MARGIN * second).all()) and second[DAY, 0] > 0.0
+
+
+class Incidents:
+    """One incident on a surface is one page.  A surface's incident opens with a page and
+    stays open while its rules keep breaching, until a quiet ``JOIN_WINDOW``; a page of
+    another rule on the surface meanwhile joins it, for as long as that rule keeps breaching.
+    A rule that first breaches more than ``MAX_INCIDENT`` into an incident pages (an attack
+    that starts while a surface's budget drains a big job for a day is not hidden behind it).
+    A weekly job's first run fires spike, budget, duty and drift over its half hour and its
+    day budget drains for a day: one page, not four."""
+
+    STATE = ("opened_at", "open_until", "joined")
+
+    def __init__(self, n: int, rules: list[str]):
+        self.bit = {rule: np.uint32(1 << i) for i, rule in enumerate(rules)}
+        self.opened_at = np.full(n, -np.inf)
+        self.open_until = np.full(n, -np.inf)
+        self.joined = np.zeros(n, dtype=np.uint32)  # the rules of the open incident
+
+    def joins(self, rule: str, row: int, now: float) -> bool:
+        """Whether a page of ``rule`` on ``row`` now is part of its open incident (which it
+        then keeps open)."""
+        if now > self.open_until[row]:
+            return False
+        bit = self.bit[rule]
+        if not self.joined[row] & bit:
+            if now - self.opened_at[row] > MAX_INCIDENT:
+                return False
+            self.joined[row] |= bit
+        self.open_until[row] = now + JOIN_WINDOW
+        return True
+
+    def opened(self, rule: str, row: int, now: float) -> None:
+        if now > self.open_until[row]:
+            self.opened_at[row] = now
+            self.joined[row] = 0
+        self.joined[row] |= self.bit[rule]
+        self.open_until[row] = now + JOIN_WINDOW
