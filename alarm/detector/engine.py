@@ -28,7 +28,7 @@ from alarm.detector.relative import RelativeBank
 from alarm.detector.rows import AGGREGATE, plan_rows
 from alarm.detector.rules import RULES, RuleRows, TickInput
 from alarm.detector.rules.ledger import Ledger
-from alarm.detector.rules.precedent import Incidents, Precedent
+from alarm.detector.rules.precedent import LATE, Incidents, Precedent
 from alarm.detector.seasonal import DAY, DAY_SLOTS_PER_HOUR, Prediction, SeasonalBaseline
 from alarm.detector.spike import STATISTICS, SizeLevel, SpikeJudgement, SpikeModel
 from alarm.detector.swarm import MemberShift
@@ -64,6 +64,8 @@ SLOW_ARRAYS = frozenset(
         *(f"ledger.{a}" for a in Ledger.SLOW),
     }
 )
+# The core rules' state a surface that starts late learns again from its first write.
+RELEARNED = frozenset({"baseline", "size", "spike", "budget", "relative", "beacon", "duty"})
 # An aggregate's alert names the members that wrote most in the tick, with their contributors.
 AGGREGATE_EVIDENCE_MEMBERS = 5
 
@@ -89,6 +91,7 @@ class SourceJudgement:
 class Detector:
     def __init__(self, config: Config, keys: list[SurfaceKey]):
         plan = plan_rows(config, keys)
+        self._config = config
         self.tick = config.tick
         self.keys: list[SurfaceKey] = plan.keys
         self.index: dict[SurfaceKey, int] = {k: i for i, k in enumerate(self.keys)}
@@ -314,6 +317,8 @@ class Detector:
         bits = self._capacity * tick
         events = self._events_rate * tick
         self.ledger.add(start, bits, events)
+        if self.ledger.born.size:
+            self._relearn(self.ledger.late(self.ledger.born, start, LATE))
         t = TickInput(now, tick, start, self._bytes, events, bits)
         for name, rule in self.rules.items():
             bank = self.alert_banks[name]
@@ -361,6 +366,30 @@ class Detector:
             self.incidents.opened(c.rule, row, now)
             kept.append(c)
         return kept
+
+    def _relearn(self, rows: np.ndarray) -> None:
+        """Surfaces that first wrote a day or more after they were first watched learn from
+        that first write: the core rules' state of each is set to a new surface's, as if it
+        had been declared then.  Their days and weeks of silence taught the spike levels,
+        the derived budget's envelope and the duty rule's days only that it writes nothing
+        (docs/weeks.md).  Alerts, the ledger and the registered rules keep theirs."""
+        for row in rows.tolist():
+            if row >= self.members:
+                continue
+            key = self.keys[row]
+            surfaces = [s for s in self._config.surfaces if (s.kind, s.name) == key]
+            fresh = Detector(self._config.model_copy(update={"surfaces": surfaces}), [key])
+            arrays = {
+                name: array
+                for name, array in fresh._state_arrays().items()
+                if name.split(".", 1)[0] in RELEARNED
+            }
+            header = fresh.state_header()
+            self.load_arrays({"keys": header["keys"], "horizons": header["horizons"]}, arrays)
+            log.info(
+                "%s/%s: first written a day or more after it was declared: learning it from now",
+                *key,
+            )
 
     def _rule_describer(self, name: str) -> Callable[..., tuple[float, float, str]]:
         rule = self.rules[name]

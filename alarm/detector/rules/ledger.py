@@ -40,6 +40,7 @@ HOURS_A_WEEK = 168
 # A gap longer than this is not walked block by block: the windows are closed empty at once.
 MAX_WALK_BLOCKS = int(2 * WEEK // BLOCK)
 NO_PERIOD = -(1 << 40)
+NO_ROWS = np.zeros(0, dtype=np.int64)
 
 
 class Ledger:
@@ -86,6 +87,7 @@ class Ledger:
         # what its history is measured in, not the detector's.
         self.first_day = np.full(n, NO_PERIOD, dtype=np.int64)
         self.born_at = np.full(n, np.nan)  # when each row first wrote (NaN: not yet)
+        self.born = NO_ROWS  # the rows whose first write was in the last tick added
         self.window = np.zeros((len(HORIZONS), 2, q, n))
         self.week_max = np.zeros((len(HORIZONS), q, WEEKS, n), dtype=np.float32)
         self.week_of = np.full(WEEKS, NO_PERIOD, dtype=np.int64)  # which week each slot holds
@@ -121,10 +123,12 @@ class Ledger:
         self.run += 1.0
         self.run[~written] = 0.0
         np.maximum(self.block_run, self.run, out=self.block_run)
+        self.born = NO_ROWS
         if self._unborn and written.any():
             born = written & (self.first_day == NO_PERIOD)
             self.first_day[born] = math.floor(start / 86400.0)
             self.born_at[born] = start
+            self.born = np.flatnonzero(born)
             self._unborn = bool((self.first_day == NO_PERIOD).any())
 
     def _advance(self, b: int) -> None:
@@ -243,6 +247,12 @@ class Ledger:
         use = (self.day_of != NO_PERIOD) & (self.day_of <= today - lag)
         use &= self.day_of > today - DAYS
         return self.daily[:, use].astype(np.float64), self.day_of[use]
+
+    def late(self, rows: np.ndarray, start: float, after: float) -> np.ndarray:
+        """Those of ``rows`` whose first write came ``after`` seconds or more after they
+        were first watched."""
+        watched_from = start - self.seen[rows]
+        return rows[self.born_at[rows] - watched_from >= after]
 
     def nbytes(self) -> int:
         return sum(getattr(self, a).nbytes for a in self.STATE)

@@ -73,9 +73,8 @@ class Precedent:
         if rule not in YOUNG_FOLDED or (rule == "budget" and not self.derived[row]):
             return False
         ledger = self.ledger
-        born = float(ledger.born_at[row])
-        watched_from = start - float(ledger.seen[row])
-        return born - watched_from >= LATE and start - born < LEARNING
+        life = start - float(ledger.born_at[row])
+        return life < LEARNING and ledger.late(np.array([row]), start, LATE).size > 0
 
     def recurs(self, rule: str, row: int, start: float) -> bool:
         """Whether what ``row`` carries now has a precedent (see the module docstring)."""
