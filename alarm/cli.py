@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import math
 import sys
 from typing import Any, NoReturn
 
-from alarm import __version__
+from alarm import __version__, logs
 from alarm.config import Config, ConfigError, config_warnings, load_config
 
 EXIT_RUNTIME = 1
@@ -175,14 +174,47 @@ class OneLineParser(argparse.ArgumentParser):
         fail(EXIT_CONFIG, f"{self.prog.removeprefix('capalarm').strip() or 'usage'}: {message}")
 
 
+def _log_level(value: str) -> str:
+    try:
+        return logs.level_name(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a log level ({', '.join(logs.LEVELS)})"
+        ) from None
+
+
+def _log_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """--log.level and --log.format, before the verb (``capalarm --log.level debug run``) or
+    after it (``capalarm run --log.level debug``), as users of the Prometheus tools type them.
+    After the verb the defaults are suppressed: a verb's own default would otherwise overwrite
+    what was given before it."""
+    level_default = "info" if defaults else argparse.SUPPRESS
+    format_default = "plain" if defaults else argparse.SUPPRESS
+    # --log-level is the older spelling; scripts use it, so it stays.
+    parser.add_argument(
+        "--log.level",
+        "--log-level",
+        dest="log_level",
+        type=_log_level,
+        default=level_default,
+        metavar="LEVEL",
+        help=f"least severe log lines shown: {', '.join(logs.LEVELS)} (warn is warning)",
+    )
+    parser.add_argument(
+        "--log.format",
+        dest="log_format",
+        choices=logs.FORMATS,
+        default=format_default,
+        help="plain text, logfmt, or one JSON object per line; timestamps in UTC",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="capalarm", description="Write-volume capacity alarm for confined workloads."
     )
     parser.add_argument("--version", action="version", version=f"capalarm {__version__}")
-    parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
-    )
+    _log_options(parser, defaults=True)
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser(
@@ -197,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="TLS and basic auth, in the exporter-toolkit web config format node_exporter uses",
     )
+    _log_options(run, defaults=False)
     run.set_defaults(func=cmd_run)
 
     check = sub.add_parser(
@@ -204,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("file", nargs="?", help="YAML config file")
     check.add_argument("--config", help="YAML config file (the same as FILE)")
+    _log_options(check, defaults=False)
     check.set_defaults(func=cmd_check_config)
 
     demo = sub.add_parser("demo", help="self-contained demo: generated fence traffic with a spike")
@@ -216,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="host:port for the status page (default 127.0.0.1:9733, or a free port if taken)",
     )
+    _log_options(demo, defaults=False)
     demo.set_defaults(func=cmd_demo)
 
     bt = sub.add_parser(
@@ -231,15 +266,14 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         help="kmsg dump, dmesg text, kern.log, journalctl -o json, or write-event JSON lines",
     )
+    _log_options(bt, defaults=False)
     bt.set_defaults(func=cmd_backtest)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.setup(args.log_level, args.log_format)
     try:
         return args.func(args)
     except KeyboardInterrupt:

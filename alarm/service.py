@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from alarm import __version__
 from alarm.collectors import SOURCE_TYPES
 from alarm.collectors.base import Collector, SourceContext, SourceUnavailable
 from alarm.collectors.kernel.canary import EgressCanary
@@ -340,6 +341,26 @@ class Service:
         log.info("serving %s://%s:%d/ (metrics at /metrics)", server.scheme, host, self.http_port)
         return server
 
+    def _describe_sources(self) -> str:
+        """``kernel (auto: kmsg), uploads (pypi)``: each source's type and, where the type
+        chooses how to read (auto picks kmsg or journald), the backend it chose."""
+        parts = []
+        for rs in self.sources.values():
+            kind = getattr(rs.settings, "type", None) or "external"
+            mode = rs.collector.health.mode
+            parts.append(f"{rs.name} ({kind}: {mode})" if mode else f"{rs.name} ({kind})")
+        return ", ".join(parts) or "none"
+
+    def _startup_line(self) -> str:
+        """What this process uses, in one line: the first thing to check when it does not
+        behave as expected (a forgotten --config runs the embedded default)."""
+        return (
+            f"capalarm {__version__} started: config {self.config_path or 'embedded default'}, "
+            f"state directory {self.config.state_dir}, listening on "
+            f"{self.http.scheme if self.http else 'http'}://{self.config.http.listen} "
+            f"(port {self.http_port}), sources {self._describe_sources()}"
+        )
+
     async def run(self) -> None:
         server = await self._start_http()  # a busy port is reported before anything starts
         self.pipeline.start(time.time())
@@ -348,6 +369,7 @@ class Service:
             await self._on_pipeline(self._record_and_save, changes)
             self._dispatch_all(changes)
         self.started.set()
+        log.info("%s", self._startup_line())
         try:
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg
@@ -363,11 +385,15 @@ class Service:
             with contextlib.suppress(asyncio.CancelledError):
                 await server.stop()
             # Positions and counters of everything counted so far, in one transaction.
+            saved = "not saved"
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._on_pipeline(lambda: self._save_state(final=True)))
+                saved = "saved"
             self.executor.shutdown(wait=True)
             self.store.close()
             self.notify.close()
+            # The last line of a run: that it ended on purpose, and whether its state is kept.
+            log.info("capalarm stopped: state %s in %s", saved, self.store.path)
 
     # -- reload ------------------------------------------------------------------------
     def request_reload(self) -> None:

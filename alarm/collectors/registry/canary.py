@@ -40,8 +40,9 @@ from alarm.collectors.registry.settings import RegistryBase
 from alarm.collectors.registry.sight import Sight, age_text, shown_url
 from alarm.collectors.registry.uploads import PUBLISHERS, Credential, Target, Upload
 from alarm.events import SourceHealth
+from alarm.logs import error_text
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("capalarm.registry")
 
 RECENT = 256  # canaries remembered (recognised when listed)
 FAILURES_BLIND = 2  # uploads failed in a row that make the source blind
@@ -234,7 +235,7 @@ class RegistryCanary:
                 return None
             except Exception as exc:  # a server's odd answer must not stop the canary
                 log.exception("registry source %s: canary upload", self.name)
-                self._failed(f"unexpected: {type(exc).__name__}")
+                self._failed(f"unexpected: {error_text(exc)}")
                 return None
             # The deadline runs from the confirmed upload: a poll from now on may list it.
             if announced and announced[-1].upload == upload:

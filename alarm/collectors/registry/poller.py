@@ -47,10 +47,11 @@ from alarm.collectors.registry.settings import RegistryBase
 from alarm.collectors.registry.sight import Sight, age_text, shown_url
 from alarm.collectors.registry.uploads import Credential
 from alarm.events import Batch, Emit, Event, SourceHealth, WriteEvents
+from alarm.logs import error_text
 from alarm.patterns import Pattern
 from alarm.sanitize import sanitize
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("capalarm.registry")
 
 POSITION_VERSION = 1
 BLIND_RECHECK = 60.0  # while blind, how often the message's age is brought up to date (s)
@@ -412,7 +413,8 @@ class RegistryPoller:
         except (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError) as exc:
             # A shape of data the adapter did not expect: a lying or broken server.
             self.counts["garbage_responses"] += 1
-            await self._failed(cycle, f"unexpected data: {type(exc).__name__}")
+            # The class alone ("KeyError") does not say which key or value was wrong.
+            await self._failed(cycle, f"unexpected data: {error_text(exc)}")
             return False
         self.counts["polls"] += 1
         await cycle.flush(final=True)
