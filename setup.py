@@ -3,11 +3,44 @@
 ``optional=True``: where no C compiler is available the install still succeeds, and
 alarm.collectors.kernel.fastscan, alarm.detector.fused, the backtest's reader of write
 events (alarm/backtest.py) and the /metrics writer (exporters/textformat.py) use their
-pure-Python paths (same results, slower)."""
+pure-Python paths (same results, slower).
+
+build_py records the checkout's ``git describe`` in the built package (alarm/_revision.txt),
+so that ``capalarm --version`` of an installed wheel names the revision it was built from;
+an sdist without .git records nothing, and --version says so."""
+
+import subprocess
+from pathlib import Path
 
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).resolve().parent
+
+
+class BuildPyWithRevision(build_py):
+    def run(self) -> None:
+        super().run()
+        if not (ROOT / ".git").exists():
+            return
+        try:
+            res = subprocess.run(
+                ["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--tags"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return  # no git: the revision stays unknown, the build goes on
+        if res.returncode == 0 and res.stdout.strip():
+            out = Path(self.build_lib) / "alarm" / "_revision.txt"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(res.stdout.strip() + "\n")
+
 
 setup(
+    cmdclass={"build_py": BuildPyWithRevision},
     ext_modules=[
         Extension(
             "alarm.collectors.kernel._fastscan",
@@ -35,5 +68,5 @@ setup(
             extra_compile_args=["-O3", "-fno-fast-math", "-ffp-contract=off", "-fno-trapping-math"],
             optional=True,
         ),
-    ]
+    ],
 )

@@ -13,7 +13,7 @@ import math
 import sys
 from typing import Any, NoReturn
 
-from alarm import __version__, logs
+from alarm import logs
 from alarm.config import Config, ConfigError, config_warnings, load_config
 
 EXIT_RUNTIME = 1
@@ -167,8 +167,39 @@ def cmd_demo(args: argparse.Namespace) -> int:
         fail(EXIT_RUNTIME, str(exc))
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help shows each option's default, except where there is none to show (None, False):
+    "(default: None)" would say nothing, and such options say in their help what happens
+    without them."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
+class VersionAction(argparse.Action):
+    """--version: the version, revision, Python and native paths (alarm/buildinfo.py), looked
+    up only when asked for (git describe is a process)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "show version, revision, Python and native paths, and exit")
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> NoReturn:
+        from alarm.buildinfo import version_text
+
+        print(version_text())
+        parser.exit(0)
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, with its errors in one line (no usage block), exit status 2."""
+    """argparse, with its errors in one line (no usage block), exit status 2, and --help
+    showing defaults (in every verb too: add_parser makes subparsers of this class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         fail(EXIT_CONFIG, f"{self.prog.removeprefix('capalarm').strip() or 'usage'}: {message}")
@@ -190,6 +221,8 @@ def _log_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
     what was given before it."""
     level_default = "info" if defaults else argparse.SUPPRESS
     format_default = "plain" if defaults else argparse.SUPPRESS
+    # A suppressed default is not shown by the help formatter: say it here.
+    after = "" if defaults else " (default: as given before the verb, else %s)"
     # --log-level is the older spelling; scripts use it, so it stays.
     parser.add_argument(
         "--log.level",
@@ -198,14 +231,16 @@ def _log_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
         type=_log_level,
         default=level_default,
         metavar="LEVEL",
-        help=f"least severe log lines shown: {', '.join(logs.LEVELS)} (warn is warning)",
+        help=f"least severe log lines shown: {', '.join(logs.LEVELS)} (warn is warning)"
+        + (after % "info" if after else ""),
     )
     parser.add_argument(
         "--log.format",
         dest="log_format",
         choices=logs.FORMATS,
         default=format_default,
-        help="plain text, logfmt, or one JSON object per line; timestamps in UTC",
+        help="plain text, logfmt, or one JSON object per line; timestamps in UTC"
+        + (after % "plain" if after else ""),
     )
 
 
@@ -213,16 +248,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="capalarm", description="Write-volume capacity alarm for confined workloads."
     )
-    parser.add_argument("--version", action="version", version=f"capalarm {__version__}")
+    parser.add_argument("--version", action=VersionAction)
     _log_options(parser, defaults=True)
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser(
         "run", help="run the service (embedded default config when --config is not given)"
     )
-    run.add_argument("--config", help="YAML config file")
-    run.add_argument("--state-dir", help="override state_dir")
-    run.add_argument("--listen", type=_listen, help="override http.listen (host:port)")
+    run.add_argument("--config", help="YAML config file (without it: the embedded default)")
+    run.add_argument("--state-dir", help="override the config's state_dir")
+    run.add_argument("--listen", type=_listen, help="override the config's http.listen (host:port)")
     run.add_argument(
         "--web.config.file",
         dest="web_config_file",
@@ -241,9 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(func=cmd_check_config)
 
     demo = sub.add_parser("demo", help="self-contained demo: generated fence traffic with a spike")
-    demo.add_argument(
-        "--duration", type=_duration, default=60.0, help="seconds to run (default 60)"
-    )
+    demo.add_argument("--duration", type=_duration, default=60.0, help="seconds to run")
     demo.add_argument(
         "--listen",
         type=_listen,
