@@ -25,7 +25,7 @@ import re
 import sys
 import time
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +40,7 @@ from alarm.config import Config
 from alarm.events import NAMED, Batch, KeyedSubjects, WriteEvents
 from alarm.jsontext import loads_json
 from alarm.pipeline import Pipeline
+from alarm.sanitize import sanitize
 from alarm.settings import SURFACE_KINDS
 
 try:  # built by pip where a compiler is (setup.py); parse_events reads in Python without it
@@ -50,6 +51,13 @@ except ImportError:  # pragma: no cover - exercised where the extension was not 
 SPLIT_BYTES = 8 << 20
 MIN_SPLIT = 1 << 20
 UNDECLARED_REPORTED = 20  # undeclared surface names listed in the summary
+# Parse errors located by file and line in the summary; the rest are only counted (finding
+# one costs about two reads of its chunk, so the number is kept small).
+PARSE_ERRORS_SHOWN = 5
+PARSE_ERROR_TEXT = 120  # characters of a bad line shown
+# A terminal's progress line is rewritten at most this often (seconds), and first shown only
+# after this long: a short backtest prints nothing but its results.
+PROGRESS_EVERY = 1.0
 KERNEL_FORMATS = ("syslog", "kmsg", "dmesg", "journal-json")
 
 
@@ -293,6 +301,8 @@ class BacktestSummary:
     json_lines: int = 0  # write-event lines read by json.loads, not the native reader or regex
     # Kernel-log lines the native scanner handed back to the regex path (or json.loads).
     handed_back: int = 0
+    # The first PARSE_ERRORS_SHOWN parse errors: {"file", "line" (from 1), "text"}.
+    parse_error_lines: list[dict[str, Any]] = field(default_factory=list)
     # Per input: its format, the path that read it ("native": every line native;
     # "native+regex" / "native+python": some lines handed back; "regex" / "python": none
     # read natively), its lines and how many of them were handed back.
@@ -315,10 +325,13 @@ class Replay:
         self.ahead = ahead
         self.watermark = -math.inf
 
-    def chunks(self, config: Config, prefixes: tuple[str, ...], year: int) -> Iterator[Chunk]:
+    def chunks(
+        self, config: Config, prefixes: tuple[str, ...], year: int
+    ) -> Iterator[tuple[int, int, Chunk]]:
+        """(start, end, chunk) of each byte range, in order."""
         size = Path(self.path).stat().st_size
         parts = list(_ranges(size, self.ahead))
-        pending: deque[Future[Chunk]] = deque()
+        pending: deque[tuple[int, int, Future[Chunk]]] = deque()
         for start, end in parts:
             if self.fmt in KERNEL_FORMATS:
                 fut = self.pool.submit(
@@ -326,11 +339,95 @@ class Replay:
                 )
             else:
                 fut = self.pool.submit(_parse_events_range, self.path, start, end)
-            pending.append(fut)
+            pending.append((start, end, fut))
             if len(pending) > self.ahead:
-                yield pending.popleft().result()
+                first, last, done = pending.popleft()
+                yield first, last, done.result()
         while pending:
-            yield pending.popleft().result()
+            first, last, done = pending.popleft()
+            yield first, last, done.result()
+
+
+def _lines(data: bytes) -> list[bytes]:
+    """``data`` cut after each "\n" (as the readers count lines; not at "\r")."""
+    parts = data.split(b"\n")
+    out = [part + b"\n" for part in parts[:-1]]
+    if parts[-1]:
+        out.append(parts[-1])
+    return out
+
+
+def locate_parse_errors(data: bytes, errors_of: Callable[[bytes], int], want: int) -> list[int]:
+    """Indexes of up to ``want`` lines of ``data`` that are parse errors: the readers count
+    errors without saying where (the native ones in C), so halves are read again until each
+    error is one line.  About log2(lines) reads of ever smaller parts per error found."""
+    lines = _lines(data)
+    found: list[int] = []
+    stack = [(0, len(lines), errors_of(data))]
+    while stack and len(found) < want:
+        lo, hi, n = stack.pop()
+        if n <= 0 or lo >= hi:
+            continue
+        if hi - lo == 1:
+            found.append(lo)
+            continue
+        mid = (lo + hi) // 2
+        left = errors_of(b"".join(lines[lo:mid]))
+        stack.append((mid, hi, n - left))  # popped after the left half: in line order
+        stack.append((lo, mid, left))
+    return found
+
+
+def _errors_counter(
+    fmt: str, prefixes: tuple[str, ...], tick: float, year: int
+) -> Callable[[bytes], int]:
+    if fmt in KERNEL_FORMATS:
+        return lambda data: scan_flows(data, fmt, prefixes, tick, year).parse_errors
+    return lambda data: parse_events(data).parse_errors
+
+
+class Progress:
+    """How far a backtest has got, on one line of a terminal (rewritten in place, cleared at
+    the end).  Nothing unless ``stream`` is a terminal: a redirected stderr holds only the
+    summary.  Rewritten at most every ``every`` seconds, and only once ``every`` seconds have
+    passed."""
+
+    def __init__(
+        self,
+        stream: IO[str] | None,
+        total_bytes: int,
+        every: float = PROGRESS_EVERY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        isatty = getattr(stream, "isatty", None)
+        self.stream = stream if isatty is not None and isatty() else None
+        self.total = total_bytes
+        self.every = every
+        self.clock = clock
+        self.last = clock()
+        self.shown = False
+
+    def update(
+        self, path: str, index: int, files: int, done: int, lines: int, changes: int
+    ) -> None:
+        if self.stream is None:
+            return
+        now = self.clock()
+        if now - self.last < self.every:
+            return
+        self.last = now
+        share = done / self.total * 100 if self.total else 100.0
+        self.stream.write(
+            f"\rcapalarm: backtest: {share:.0f}% of {self.total / 1e6:,.1f} MB (file {index}/"
+            f"{files} {Path(path).name}), {lines:,} lines, {changes:,} alert changes\x1b[K"
+        )
+        self.stream.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.stream is not None and self.shown:
+            self.stream.write("\r\x1b[K")  # the summary that follows starts on a clean line
+            self.stream.flush()
 
 
 def _parse_events_range(path: str, start: int, end: int) -> Chunk:
@@ -346,8 +443,13 @@ def chunk_batch(chunk: Chunk, fmt: str, tick: float) -> Batch:
     counts = {k: n for k, n in counts.items() if n}
     if chunk.scan is not None:
         ev = flow_events(chunk.scan, tick)
-        wm = None if ev is None else float(chunk.scan.ticks.max()) * tick
-        return Batch(ev, counts, watermark=wm)
+        # The start of the newest tick seen: of a counted record, or of any other record
+        # read (forged ones: a file of nothing else must still move the clock, or no tick
+        # is ever evaluated and the forged-records alert never fires).
+        starts = [float(chunk.scan.ticks.max()) * tick] if ev is not None else []
+        if chunk.scan.max_ts > 0:
+            starts.append(math.floor(chunk.scan.max_ts / tick) * tick)
+        return Batch(ev, counts, watermark=max(starts) if starts else None)
     if chunk.ts is None or not len(chunk.ts):
         return Batch(None, counts)
     subjects = KeyedSubjects(
@@ -365,7 +467,11 @@ def run_backtest(
     out: IO[str],
     workers: int | None = None,
     year: int | None = None,
+    progress_stream: IO[str] | None = None,
+    progress_every: float = PROGRESS_EVERY,
 ) -> BacktestSummary:
+    """``progress_stream``: where a terminal shows how far the replay has got (nothing if it
+    is not a terminal)."""
     t0 = time.perf_counter()
     tick = config.tick
     year = year or time.gmtime().tm_year
@@ -408,6 +514,8 @@ def run_backtest(
     workers = workers or os.cpu_count() or 1
     write = out.write
     last_end = -math.inf
+    sizes = [Path(path).stat().st_size for path in inputs]
+    progress = Progress(progress_stream, sum(sizes), progress_every)
     with ProcessPoolExecutor(workers) as pool:
         replays = [
             Replay(name, path, fmt, pool, ahead=max(2, workers))
@@ -415,12 +523,26 @@ def run_backtest(
         ]
         # Inputs are replayed one after another in the order given (rotated logs first);
         # ticks close as far as the input being read has got.
-        for replay in replays:
+        for number, replay in enumerate(replays):
             kernel = replay.fmt in KERNEL_FORMATS
             slow = "regex" if kernel and replay.fmt != "journal-json" else "python"
             file = {"path": replay.path, "format": replay.fmt, "lines": 0, "handed_back": 0}
             native_chunks = slow_chunks = 0
-            for chunk in replay.chunks(config, prefixes, year):
+            errors_of = _errors_counter(replay.fmt, prefixes, tick, year)
+            for start, end, chunk in replay.chunks(config, prefixes, year):
+                if chunk.parse_errors and len(summary.parse_error_lines) < PARSE_ERRORS_SHOWN:
+                    data = read_range(replay.path, start, end)
+                    lines = _lines(data)
+                    want = PARSE_ERRORS_SHOWN - len(summary.parse_error_lines)
+                    for i in locate_parse_errors(data, errors_of, want):
+                        text = lines[i].rstrip(b"\r\n").decode("utf-8", "replace")
+                        summary.parse_error_lines.append(
+                            {
+                                "file": replay.path,
+                                "line": file["lines"] + i + 1,
+                                "text": sanitize(text, PARSE_ERROR_TEXT),
+                            }
+                        )
                 summary.lines += chunk.lines
                 summary.records += chunk.records
                 summary.parse_errors += chunk.parse_errors
@@ -448,8 +570,18 @@ def run_backtest(
                 pipeline.apply(replay.name, batch, None)
                 if batch.events is not None and len(batch.events.ts):
                     last_end = max(last_end, float(batch.events.ts.max()))
+                if chunk.scan is not None and chunk.scan.max_ts > 0:
+                    last_end = max(last_end, chunk.scan.max_ts)
                 if batch.watermark is not None:
                     _write(pipeline.close_until(batch.watermark), write, summary)
+                progress.update(
+                    replay.path,
+                    number + 1,
+                    len(replays),
+                    sum(sizes[:number]) + end,
+                    summary.lines,
+                    summary.changes,
+                )
             if not native_chunks:
                 file["scanner"] = slow if slow_chunks else ""
             elif slow_chunks or file["handed_back"]:
@@ -465,6 +597,7 @@ def run_backtest(
             parts = f["scanner"].split("+") if f["scanner"] else []
             paths.update(parts if f["format"] in KERNEL_FORMATS else parts[:1])
         summary.scanner = "+".join(sorted(paths, key=lambda p: (p != "native", p)))
+    progress.close()
     if math.isfinite(last_end):
         # Run on past the last record long enough for spikes and budgets to resolve.
         holds = [config.unclassified_spike.resolve_hold, 60.0]
@@ -510,7 +643,7 @@ def main_backtest(
         print(f"capalarm: backtest: cannot write {output}: {exc.strerror}", file=sys.stderr)
         return 2
     try:
-        summary = run_backtest(config, inputs, out, workers)
+        summary = run_backtest(config, inputs, out, workers, progress_stream=sys.stderr)
         out.flush()
     except BacktestInputError as exc:
         print(f"capalarm: backtest: {exc}", file=sys.stderr)

@@ -289,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     bt = sub.add_parser(
         "backtest", help="replay recorded input and write the alerts that would have fired"
     )
-    bt.add_argument("--config", required=True)
+    bt.add_argument("--config", help="YAML config file (without it: the embedded default)")
     bt.add_argument("--output", "-o", help="JSON lines file (default: stdout)")
     bt.add_argument(
         "--workers", type=_workers, help=f"worker processes, 1-{MAX_WORKERS} (default: CPU count)"

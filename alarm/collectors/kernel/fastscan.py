@@ -88,6 +88,9 @@ class ScanResult:
     lines: int = 0
     parse_errors: int = 0  # a prefix matched but the line is malformed
     forged: int = 0  # well-formed fence lines the kernel provably did not write (not in rows)
+    # Newest time among the fence lines read, forged ones included: a chunk of nothing but
+    # forged lines has no rows, yet its time has passed (the backtest's clock moves on it).
+    max_ts: float = 0.0
 
 
 class _Memo(dict[Any, Any]):
@@ -212,6 +215,7 @@ def scan_text(
             if ln and addr(sr) and (dd := addr(d))
         ]
     result.parse_errors = len(matches) - len(rows)
+    result.max_ts = max((r[0] for r in rows), default=0.0)
     if fmt == "kmsg":
         # Facility 0 proves the kernel wrote it; user space writing to /dev/kmsg cannot.
         trusted = [r for r in rows if r[8]]
@@ -262,7 +266,9 @@ class FlowScan:
     forged: int = 0
     native: bool = False  # the native scanner read it (lines it handed back excepted)
     handed_back: int = 0  # lines the native scanner left to the regex path
-    max_ts: float = 0.0  # newest record time among the headers the native scanner read
+    # Newest record time among the headers the native scanner read (the regex path: among
+    # the fence lines, forged ones included).
+    max_ts: float = 0.0
 
     def identities(self) -> list[Identity]:
         return [
@@ -454,7 +460,12 @@ def scan_flows(
     if not (native and _native is not None and fmt in _NATIVE_FORMATS and _ascii(prefixes)):
         text = data.decode("utf-8", "replace")
         result = scan_text(text, fmt, prefixes, year, boot_wall=boot_wall)
-        scan = FlowScan(lines=result.lines, parse_errors=result.parse_errors, forged=result.forged)
+        scan = FlowScan(
+            lines=result.lines,
+            parse_errors=result.parse_errors,
+            forged=result.forged,
+            max_ts=result.max_ts,
+        )
         scan.add_rows(result.rows, tick)
         return scan
     scan, fallback = _native_scan(data, _NATIVE_FORMATS[fmt], prefixes, tick, year, boot_wall)
@@ -464,6 +475,7 @@ def scan_flows(
         rest = scan_text(text, fmt, prefixes, year, boot_wall=boot_wall)
         scan.parse_errors += rest.parse_errors
         scan.forged += rest.forged
+        scan.max_ts = max(scan.max_ts, rest.max_ts)
         scan.add_rows(rest.rows, tick)
     return scan
 
@@ -559,6 +571,7 @@ def _scan_journal(text: str, prefixes: tuple[str, ...], lines: int) -> ScanResul
             continue
         if fence is None:
             continue
+        result.max_ts = max(result.max_ts, rec.ts)
         if not rec.trusted:
             result.forged += 1
             continue
