@@ -186,6 +186,8 @@ class Detector:
         self._capacity = np.zeros(n)
         self._base = np.zeros(n)
         self._bytes = np.zeros(n)
+        # The last tick's bytes, events and capacity bits, every row (the registered rules').
+        self._columns: tuple[np.ndarray, np.ndarray, np.ndarray] = (self._bytes,) * 3
         self._judgement: SpikeJudgement | None = None
         self._tick_seconds = config.tick
         self._spike_columns: tuple[np.ndarray, np.ndarray] | None = None
@@ -223,6 +225,9 @@ class Detector:
             )
             self._describers[name] = self._rule_describer(name)
         self.precedent = Precedent(self.ledger, derived)
+        # Per registered rule: whether any of its alerts may be away from rest (a rule with
+        # nothing to judge this tick steps its bank only then).
+        self._rule_alerts_open = dict.fromkeys(self.rules, True)
         self.incidents = Incidents(n, list(self.alert_banks))
         # Saved arrays with a column per aggregate (restored by the aggregates' keys).
         self._per_aggregate = frozenset(
@@ -285,6 +290,7 @@ class Detector:
         # The last tick's figures are the whole tick's buffers, filled in place each tick.
         self._judgement = judgement
         self._bytes = whole.columns[0]
+        self._columns = (whole.columns[0], whole.columns[1], whole.columns[2])
         self._rate = whole.rate
         self._events_rate = whole.events_rate
         self._capacity = whole.capacity
@@ -314,23 +320,27 @@ class Detector:
         """The registered rules on the tick the core rules judged, then the precedent fold
         of the short-memory rules' new pages (rules/precedent.py)."""
         start = now - tick
-        bits = self._capacity * tick
-        events = self._events_rate * tick
-        self.ledger.add(start, bits, events)
-        if self.ledger.born.size:
-            self._relearn(self.ledger.late(self.ledger.born, start, LATE))
-        t = TickInput(now, tick, start, self._bytes, events, bits)
+        nbytes, events, bits = self._columns
+        ledger = self.ledger
+        ledger.add(start, bits, events)
+        if ledger.born.size:
+            self._relearn(ledger.late(ledger.born, start, LATE))
+        t = TickInput(now, tick, start, nbytes, events, bits)
+        closed = ledger.closed
         for name, rule in self.rules.items():
+            if rule.PER_BLOCK and not closed:
+                continue  # judged, and its alerts stepped, when a block closes
             bank = self.alert_banks[name]
             judged = rule.judge(t)
             if judged is None:
-                if not bank.state.any():
+                if not self._rule_alerts_open[name]:
                     continue
                 n = len(self.keys)
                 judged = (np.zeros(n, dtype=bool), np.ones(n, dtype=bool))
             breached, clear = judged
             for row, prev, new in bank.step(now, tick, breached & rule.enabled, clear):
                 changes.append(self._change(row, name, prev, new, now, contributors))
+            self._rule_alerts_open[name] = bool(bank.state.any())
         if any(c.state == "firing" for c in changes):
             changes = self._fold(changes, now, tick)
         return changes
@@ -427,6 +437,7 @@ class Detector:
             b, e, bits = columns
         rate = b / tick
         self._bytes = b
+        self._columns = (b, e, bits)
         self._rate = rate
         self._events_rate = e / tick
         self._capacity = bits / tick
@@ -1109,6 +1120,7 @@ class Detector:
 
     def to_state(self) -> dict:
         """Everything as one JSON-able dict (backtests, tests; older services saved this)."""
+        self.ledger.flush()  # the ticks it keeps as they came are folded in, then saved
         return {
             **self.state_header(),
             "arrays": {name: persist.pack(a) for name, a in self._state_arrays().items()},
@@ -1132,6 +1144,7 @@ class Detector:
         bytes, and losing a few minutes of their learning costs nothing), ``fast`` the rest
         (alert states, CUSUM sums, recent levels: what must survive a crash to the tick)."""
         slow = group == "slow"
+        self.ledger.flush()  # the ticks it keeps as they came are folded in, then saved
         return {n: a for n, a in self._state_arrays().items() if (n in SLOW_ARRAYS) == slow}
 
     def load_state(self, state: dict) -> None:

@@ -53,6 +53,8 @@ class Rule:
     RESOLVE_HOLD: ClassVar[float] = 3600.0
     # Whether the STATE arrays have a column per aggregate rather than per row.
     PER_AGGREGATE: ClassVar[bool] = False
+    # Whether the rule judges (and its alerts step) only when the ledger closes a block.
+    PER_BLOCK: ClassVar[bool] = False
 
     def __init__(self, rows: RuleRows) -> None:
         self.rows = rows

@@ -31,30 +31,52 @@ RESOLVE_HOLD = 3600.0
 
 class DormantRule(Rule):
     name: ClassVar[str] = "dormant"
-    STATE: ClassVar[tuple[str, ...]] = ("last_write", "longest", "broken", "written")
+    STATE: ClassVar[tuple[str, ...]] = ("broken", "written", "paged_at")
 
     def __init__(self, rows: RuleRows) -> None:
         super().__init__(rows)
         n = len(rows.targets)
         self.enabled[rows.members :] = False  # an aggregate's silence is its members'
-        self.last_write = np.full(n, -np.inf)
-        self.longest = np.zeros(n)  # the longest silence broken before
         self.broken = np.zeros(n)  # the silence the last firing broke, seconds
         self.written = np.zeros(n)  # bits of the tick that broke it
+        self.paged_at = np.full(n, -np.inf)
+        # The rows silent long enough to be judged, as of the ledger's last block: a tick
+        # looks only at them (usually none).
+        self._watch = np.zeros(0, dtype=np.int64)
+        self._since = np.zeros(0)
+        self._refreshed = False
 
     def judge(self, t: TickInput) -> tuple[np.ndarray, np.ndarray] | None:
-        written = (t.bits > 0) & self.enabled
-        # A row never written has been silent for as long as it has been watched.
-        watched = self.rows.ledger.seen
-        gap = np.where(np.isfinite(self.last_write), t.start - self.last_write, watched)
-        ended = written
-        breached = ended & (gap >= SILENT) & (gap > LONGER * self.longest)
-        if breached.any():
-            self.broken[breached] = gap[breached]
-            self.written[breached] = t.bits[breached]
-        np.maximum(self.longest, np.where(ended, gap, 0.0), out=self.longest)
-        self.last_write[written] = t.start
+        ledger = self.rows.ledger
+        if ledger.closed or not self._refreshed:
+            self._refresh(t.start)
+            self._refreshed = True
+        if not self._watch.size:
+            return None
+        wrote = t.bits[self._watch] > 0
+        if not wrote.any():
+            return None
+        rows = self._watch[wrote]
+        n = len(self.rows.targets)
+        breached = np.zeros(n, dtype=bool)
+        breached[rows] = True
+        self.broken[rows] = t.start - self._since[wrote]
+        self.written[rows] = t.bits[rows]
+        self.paged_at[rows] = t.start
+        keep = ~wrote
+        self._watch, self._since = self._watch[keep], self._since[keep]
         return breached, ~breached
+
+    def _refresh(self, start: float) -> None:
+        """The rows silent for SILENT, longer than LONGER x any silence they broke; a row
+        never written has been silent since it was first watched."""
+        ledger = self.rows.ledger
+        since = np.where(np.isfinite(ledger.last_write), ledger.last_write, start - ledger.seen)
+        silent = start - since
+        quiet = self.enabled & (silent >= SILENT) & (silent > LONGER * ledger.longest_gap)
+        quiet &= self.paged_at < since  # not already paged for this silence
+        self._watch = np.flatnonzero(quiet)
+        self._since = since[self._watch]
 
     def describe(self, row: int) -> tuple[float, float, str, dict[str, Any]]:
         days = float(self.broken[row]) / 86400.0

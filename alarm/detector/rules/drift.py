@@ -59,6 +59,7 @@ WORDS = {"bits": "bits", "events": "writes", "written_ticks": "written ticks"}
 
 class DriftRule(Rule):
     name: ClassVar[str] = "drift"
+    PER_BLOCK: ClassVar[bool] = True
     STATE: ClassVar[tuple[str, ...]] = (
         "threshold",
         "recent",
@@ -78,12 +79,31 @@ class DriftRule(Rule):
         self.judged = np.zeros(n, dtype=bool)
         self.weekday_threshold = np.full((WEEKDAY_QUANTITIES, n), np.inf)
         self.today = np.zeros((WEEKDAY_QUANTITIES, n))
+        self._yesterday_totals = np.zeros((WEEKDAY_QUANTITIES, n))
+        self._days_kept: tuple[int, int] | None = None  # what the thresholds were made of
 
     def judge(self, t: TickInput) -> tuple[np.ndarray, np.ndarray] | None:
         ledger = self.rows.ledger
         if not ledger.closed:
             return None
         today = math.floor(t.start / 86400.0)
+        days_kept = (today, int(ledger.day_of.max()))
+        if days_kept != self._days_kept:  # the thresholds change only when a day does
+            self._days_kept = days_kept
+            self._thresholds(today)
+        self.recent = np.maximum(ledger.window[DAY, 0], ledger.window[DAY, 1])
+        self.today = ledger.window[DAY, 0, :WEEKDAY_QUANTITIES]  # the UTC day so far
+        breached = (self.recent > self.threshold).any(axis=0)
+        breached |= (self.today > self.weekday_threshold).any(axis=0)
+        clear = (self.recent <= CLEAR_FRACTION * self.threshold).all(axis=0)
+        # Today starts from nothing at midnight: yesterday's whole day must be clear too, or a
+        # writer paged yesterday is paged again every day.
+        past = np.maximum(self.today, self._yesterday_totals)
+        clear &= (past <= self.weekday_threshold / WEEKDAY_CLEAR).all(axis=0)
+        return breached, clear
+
+    def _thresholds(self, today: int) -> None:
+        ledger = self.rows.ledger
         daily, days = ledger.days_before(today, LAG_DAYS)
         # A row's days count from the day it first wrote: the days before it existed are
         # not its normal (a surface that appears mid-fleet is not a drift from zero).
@@ -101,25 +121,16 @@ class DriftRule(Rule):
         threshold += MARGIN[:, None]
         self.judged = (kept > 0) & self.enabled
         self.threshold = np.where(self.judged, threshold, np.inf)
-        self.recent = np.maximum(ledger.window[DAY, 0], ledger.window[DAY, 1])
         self.days_kept[:] = kept
         self.weekday_threshold = self._weekday(daily, days, lived, today)
-        self.today = ledger.window[DAY, 0, :WEEKDAY_QUANTITIES]  # the UTC day so far
-        breached = (self.recent > self.threshold).any(axis=0)
-        breached |= (self.today > self.weekday_threshold).any(axis=0)
-        clear = (self.recent <= CLEAR_FRACTION * self.threshold).all(axis=0)
-        # Today starts from nothing at midnight: yesterday's whole day must be clear too, or a
-        # writer paged yesterday is paged again every day.
-        past = np.maximum(self.today, self._yesterday(daily, days, today))
-        clear &= (past <= self.weekday_threshold / WEEKDAY_CLEAR).all(axis=0)
-        return breached, clear
+        self._yesterday_totals = self._yesterday(today)
 
-    def _yesterday(self, daily: np.ndarray, days: np.ndarray, today: int) -> np.ndarray:
+    def _yesterday(self, today: int) -> np.ndarray:
         """Yesterday's totals (quantity, rows), from the ledger's whole days (0 if not kept)."""
         ledger = self.rows.ledger
         kept = ledger.day_of == today - 1
         if not kept.any():
-            return np.zeros_like(self.today)
+            return np.zeros((WEEKDAY_QUANTITIES, len(self.rows.targets)))
         return ledger.daily[:WEEKDAY_QUANTITIES, int(np.flatnonzero(kept)[0])].astype(np.float64)
 
     def _weekday(

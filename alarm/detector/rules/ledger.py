@@ -16,9 +16,10 @@ in sessions a few times a week, is outside their memory.  The ledger keeps, per 
   six, in 1.3 kB a row instead of a ring of weeks per hour;
 - per UTC day, the day's totals of the three quantities for the last ``DAYS`` days.
 
-Time advances in blocks of ``BLOCK`` seconds: a tick adds into the current block (three
-vector additions), and windows are updated when a block closes, so the ledger costs three
-passes a tick and a few dozen every five minutes.
+Time advances in blocks of ``BLOCK`` seconds: a tick is copied into a buffer as it came, and
+the buffer is folded into the block (sums, largest tick, runs of written ticks, last writes)
+and the windows are updated when the block closes: two row copies a tick and a few dozen
+vector passes every five minutes.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ HOURS_A_WEEK = 168
 MAX_WALK_BLOCKS = int(2 * WEEK // BLOCK)
 NO_PERIOD = -(1 << 40)
 NO_ROWS = np.zeros(0, dtype=np.int64)
+BUFFER_TICKS = 64  # ticks kept as they came before they are folded into the open block
 
 
 class Ledger:
@@ -49,6 +51,8 @@ class Ledger:
     # Per-row arrays saved with the detector's state (rows last); ``SLOW`` among them change
     # only when a window closes and are saved on the slow cadence.
     STATE = (
+        "last_write",
+        "longest_gap",
         "born_at",
         "first_day",
         "block",
@@ -77,7 +81,13 @@ class Ledger:
         # The largest single tick's bits: in the open block, and per week kept.
         self.block_peak = np.zeros(n)
         self.week_peak = np.zeros((WEEKS, n), dtype=np.float32)
-        self.last_bits = np.zeros(n)
+        # The ticks of the open block not folded in yet (add), and when each row last wrote.
+        self._buf_bits = np.zeros((BUFFER_TICKS, n))
+        self._buf_events = np.zeros((BUFFER_TICKS, n))
+        self._buf_start = np.zeros(BUFFER_TICKS)
+        self._buffered = 0
+        self.last_write = np.full(n, -np.inf)
+        self.longest_gap = np.zeros(n)  # the longest silence each row broke
         # Ticks written in a row without a pause: now, the longest in the open block, and
         # the longest of each week kept.
         self.run = np.zeros(n)
@@ -105,31 +115,93 @@ class Ledger:
 
     # -- time ---------------------------------------------------------------------------
     def add(self, start: float, bits: np.ndarray, events: np.ndarray) -> None:
-        """Count the tick that began at ``start``."""
+        """Count the tick that began at ``start``: kept as it is until its block closes (or
+        the buffer fills), then folded in with the block's other ticks in a few vector
+        passes, so that a tick costs two row copies."""
         b = math.floor(start / BLOCK)
         self.closed = False
         if self.block_index == NO_PERIOD:
             self.block_index = self.first_block = b
         if b != self.block_index:
+            self._fold_buffer()
             self._advance(b)
             self.closed = True
-        blk = self.block
-        blk[0] += bits
-        blk[1] += events
-        blk[2] += bits > 0
-        np.maximum(self.block_peak, bits, out=self.block_peak)
-        self.last_bits = bits
-        written = bits > 0
-        self.run += 1.0
-        self.run[~written] = 0.0
-        np.maximum(self.block_run, self.run, out=self.block_run)
+        k = self._buffered
+        if k == BUFFER_TICKS:
+            self._fold_buffer()
+            k = 0
+        self._buf_bits[k] = bits
+        self._buf_events[k] = events
+        self._buf_start[k] = start
+        self._buffered = k + 1
         self.born = NO_ROWS
-        if self._unborn and written.any():
-            born = written & (self.first_day == NO_PERIOD)
+        if self._unborn:
+            self._births(start, bits)
+
+    def _births(self, start: float, bits: np.ndarray) -> None:
+        unborn = np.flatnonzero(self.first_day == NO_PERIOD)
+        born = unborn[bits[unborn] > 0]
+        if born.size:
             self.first_day[born] = math.floor(start / 86400.0)
             self.born_at[born] = start
-            self.born = np.flatnonzero(born)
-            self._unborn = bool((self.first_day == NO_PERIOD).any())
+            self.born = born
+        self._unborn = unborn.size > born.size
+
+    def _fold_buffer(self) -> None:
+        """The buffered ticks into the open block: sums, the largest tick, the runs of
+        written ticks and the last write of each row."""
+        k = self._buffered
+        if not k:
+            return
+        bits, events = self._buf_bits[:k], self._buf_events[:k]
+        written = bits > 0
+        blk = self.block
+        blk[0] += bits.sum(axis=0)
+        blk[1] += events.sum(axis=0)
+        blk[2] += written.sum(axis=0)
+        np.maximum(self.block_peak, bits.max(axis=0), out=self.block_peak)
+        runs = self._runs(written)
+        np.maximum(self.block_run, runs.max(axis=0), out=self.block_run)
+        self.run = runs[-1].copy()
+        last = k - 1 - np.argmax(written[::-1], axis=0)  # each row's last written tick
+        wrote = written.any(axis=0)
+        first = np.argmax(written, axis=0)  # each row's first written tick
+        broken = np.where(wrote, self._buf_start[first] - self.last_write, 0.0)
+        np.maximum(
+            self.longest_gap, np.where(np.isfinite(broken), broken, 0.0), out=self.longest_gap
+        )
+        self.last_write[wrote] = self._buf_start[last[wrote]]
+        self._buffered = 0
+
+    def flush(self) -> None:
+        """Fold the buffered ticks in (before the state is saved)."""
+        self._fold_buffer()
+
+    def _runs(self, written: np.ndarray) -> np.ndarray:
+        """(ticks, rows): the run of written ticks each buffered tick ends, continuing the
+        run the rows were in before the buffer."""
+        k = written.shape[0]
+        index = np.arange(k, dtype=np.float64)[:, None]
+        last_gap = np.maximum.accumulate(np.where(written, -1.0, index), axis=0)
+        return np.where(last_gap < 0, self.run + index + 1.0, index - last_gap)
+
+    def _open(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(quantity, rows) sums of the open block with the buffered ticks; the last tick's
+        bits; the run of written ticks the last tick ends."""
+        k = self._buffered
+        blk = self.block[:, rows].copy()
+        if not k:
+            return blk, np.zeros(len(rows)), self.run[rows]
+        bits, events = self._buf_bits[:k, rows], self._buf_events[:k, rows]
+        written = bits > 0
+        blk[0] += bits.sum(axis=0)
+        blk[1] += events.sum(axis=0)
+        blk[2] += written.sum(axis=0)
+        run = self.run[rows]
+        index = np.arange(k, dtype=np.float64)[:, None]
+        last_gap = np.maximum.accumulate(np.where(written, -1.0, index), axis=0)
+        runs = np.where(last_gap < 0, run + index + 1.0, index - last_gap)
+        return blk, bits[-1], runs[-1]
 
     def _advance(self, b: int) -> None:
         if b < self.block_index:  # a clock that went back: count on in the current block
@@ -208,13 +280,14 @@ class Ledger:
     # -- reading ------------------------------------------------------------------------
     def current(self, rows: np.ndarray) -> np.ndarray:
         """(horizon, quantity, rows): the larger phase of each open window, with the open
-        block: what the rows carried lately, at each scale; horizon ``len(HORIZONS)`` is the
-        last tick's bits and the run of written ticks it is in, as in ``weekly``."""
+        block and the ticks not yet folded in: what the rows carried lately, at each scale;
+        horizon ``len(HORIZONS)`` is the last tick's bits and the run of written ticks it
+        ends, as in ``weekly``."""
+        blk, last_bits, run = self._open(rows)
         out = np.zeros((len(HORIZONS) + 1, len(QUANTITIES), len(rows)))
-        open_ = self.window[:, :, :, rows] + self.block[None, None, :, rows]
-        out[:-1] = open_.max(axis=1)
-        out[-1, 0] = self.last_bits[rows]
-        out[-1, 2] = self.run[rows]
+        out[:-1] = (self.window[:, :, :, rows] + blk[None, None]).max(axis=1)
+        out[-1, 0] = last_bits
+        out[-1, 2] = run
         return out
 
     def weekly(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

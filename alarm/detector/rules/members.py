@@ -35,6 +35,7 @@ class MembersRule(Rule):
     name: ClassVar[str] = "members"
     # Arrays of one column per aggregate, not per row (the detector restores them by the
     # aggregates' keys).
+    PER_BLOCK: ClassVar[bool] = True
     STATE: ClassVar[tuple[str, ...]] = ("history", "count", "threshold")
     PER_AGGREGATE: ClassVar[bool] = True
 
@@ -50,6 +51,9 @@ class MembersRule(Rule):
         self.count = np.zeros((len(SCALES), a))
         self.threshold = np.full((len(SCALES), a), np.inf)
         self.hour = -1  # the absolute hour the history's open slot is of
+        self._samples_of: tuple[int, list[int]] = (-1, [])
+        # Each aggregate's members, as a slice where they are one run of rows.
+        self._members = [_as_slice(m) for m in rows.aggregate_of]
 
     def judge(self, t: TickInput) -> tuple[np.ndarray, np.ndarray] | None:
         ledger = self.rows.ledger
@@ -63,8 +67,10 @@ class MembersRule(Rule):
             self.hour = hour
         written = ledger.window[:2, :, WRITTEN_TICKS] > 0  # (scale, phase, row)
         slot = hour % KEPT_HOURS
-        samples = self._samples(hour)
-        for j, members in enumerate(self.aggregate_of):
+        if self._samples_of[0] != hour:
+            self._samples_of = (hour, self._samples(hour))
+        samples = self._samples_of[1]
+        for j, members in enumerate(self._members):
             active = written[:, :, members].sum(axis=2).max(axis=1)  # per scale
             self.count[:, j] = active
             np.maximum(self.history[:, slot, j], active, out=self.history[:, slot, j])
@@ -107,3 +113,9 @@ class MembersRule(Rule):
             f"a swarm of ordinary writes"
         )
         return value, threshold, what, figures
+
+
+def _as_slice(rows: np.ndarray) -> slice | np.ndarray:
+    if rows.size and rows[-1] - rows[0] + 1 == rows.size and (np.diff(rows) == 1).all():
+        return slice(int(rows[0]), int(rows[-1]) + 1)
+    return rows
