@@ -3,8 +3,9 @@
 
 What it shows, most urgent first: each surface's state (firing, pending, judged, learning),
 its figures and a chart of its last hour (rate against threshold above, budget excess against
-tolerance below), then source health (up, caught up, blind, last record, errors, lost and
-forged records, the egress canary), then the recent alert changes with their evidence.
+tolerance below, with a bytes/s scale and a time axis), then source health (up, caught up, blind, last record, errors, lost and
+forged records, the egress canary), then the recent alert changes with their evidence (a
+resolved one says so and gives its figures at resolution, not the firing wording).
 
 A surface whose spike rule does not judge yet shows "learning" where its threshold would be,
 never a threshold of 0: budgets and the beacon rule protect it meanwhile.  Everything a
@@ -30,6 +31,13 @@ from alarm.sanitize import sanitize
 from alarm.snapshot import CanaryView, HistoryWindow, Snapshot, SourceView, SurfaceView
 
 STATE_NAMES = {int(s): s.name.lower() for s in AlertState}
+# "0 judged" on a new install reads like a fault: it is the spike rule still learning.
+STATES_EXPLAINED = (
+    "<b>judged</b>: quiet, and the spike rule has learned the surface's usual rate and judges "
+    "it against a threshold of its own; <b>learning</b>: quiet, its spike threshold not known "
+    "yet (a new surface's first days), while its budgets and the beacon rule already alarm. "
+    "Firing and pending count surfaces with any rule firing or about to."
+)
 # Surfaces the page shows with their charts (those that need a look first): the rest are in
 # /api/v1/surfaces, so the page stays small at any number of surfaces.
 PAGE_SURFACES = 100
@@ -64,6 +72,14 @@ dt{font-size:11px;color:#5b6270}
 dd{margin:0;font-variant-numeric:tabular-nums}
 dd.st-firing{color:#c62828;font-weight:600}dd.st-pending{color:#9a6d00;font-weight:600}
 svg.chart{display:block;width:100%;height:96px;background:#fafbfc;border:1px solid #e5e7eb}
+.plot .area{position:relative}
+.plot .y{position:absolute;left:2px;transform:translateY(-50%);font-size:10px;line-height:1;
+color:#4b5260;background:rgba(250,251,252,.85);padding:0 2px;pointer-events:none}
+.plot .y.top{transform:none}
+.plot .x{position:relative;height:13px;font-size:10px;color:#4b5260}
+.plot .x span{position:absolute;top:1px;transform:translateX(-50%);white-space:nowrap}
+.plot .x span:first-child{transform:none}.plot .x span:last-child{transform:translateX(-100%)}
+dd .badge{margin-left:4px;font-weight:600}
 .legend{font-size:11px;color:#5b6270;margin:2px 0 0}
 .legend i{display:inline-block;width:14px;height:0;border-top:2px solid;vertical-align:middle;
 margin-right:3px}
@@ -132,14 +148,29 @@ def surface_state(s: SurfaceView) -> str:
 
 
 def _budget_ratio(s: SurfaceView) -> tuple[float, float, str]:
-    """(excess, tolerance, horizon) of the horizon closest to its tolerance."""
-    best = (s.budget_excess, s.budget_tolerance, "")
+    """(excess, tolerance, horizon) of the horizon closest to its tolerance, named (the
+    surface's own figures, without a name, only where it lists no horizons)."""
+    best: tuple[float, float, str] | None = None
     for name, _, tolerance, excess in s.budget_horizons:
-        if tolerance > 0 and math.isfinite(tolerance):
-            ratio = excess / tolerance
-            if ratio > (best[0] / best[1] if best[1] > 0 else -1.0):
-                best = (excess, tolerance, name)
-    return best
+        if (tolerance > 0 and math.isfinite(tolerance)) and (
+            best is None or excess / tolerance > best[0] / best[1]
+        ):
+            best = (excess, tolerance, name)
+    return best if best is not None else (s.budget_excess, s.budget_tolerance, "")
+
+
+def fired_horizons(recent: Sequence[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """(kind, surface) -> the budget horizon its latest budget alert fired on (from the
+    change's own figures: the horizon that fired may not be the one closest to its tolerance
+    now, as the budget fires a tick ahead and resolves only under its hysteresis)."""
+    out: dict[tuple[str, str], str] = {}
+    for change in recent:  # oldest first: a later change wins
+        if change.get("rule") != "budget" or "surface" not in change:
+            continue
+        horizon = (change.get("figures") or {}).get("budget_horizon")
+        if change.get("state") in ("firing", "pending") and horizon:
+            out[(str(change.get("kind", "")), str(change["surface"]))] = str(horizon)
+    return out
 
 
 # -- charts -------------------------------------------------------------------------------
@@ -172,16 +203,55 @@ def _lines(points: list[str], cls: str) -> str:
     )
 
 
-def chart(window: HistoryWindow, j: int, label: str) -> str:
+def nice_top(value: float) -> float:
+    """The smallest 1, 2 or 5 times a power of ten at or above ``value`` (at least 1): a
+    scale a reader can take in at a glance."""
+    value = max(value, 1.0)
+    power = 10.0 ** math.floor(math.log10(value))
+    for step in (1.0, 2.0, 5.0, 10.0):
+        if value <= step * power * (1 + 1e-9):
+            return step * power
+    return 10.0 * power
+
+
+def _minutes_ago(seconds: float) -> str:
+    return "now" if seconds < 30 else f"-{seconds / 60:.0f} min"
+
+
+def time_axis(window: HistoryWindow, now: float, marks: int = 4) -> list[tuple[float, str]]:
+    """(fraction of the chart's width, label) of ``marks`` + 1 evenly spaced times, from the
+    window's first slot to its last slot's end, in minutes before the page was taken."""
+    if not len(window.starts):
+        return []
+    first = float(window.starts[0])
+    end = float(window.starts[-1]) + window.slot_seconds
+    return [
+        (i / marks, _minutes_ago(max(0.0, now - (first + (end - first) * i / marks))))
+        for i in range(marks + 1)
+    ]
+
+
+def _y_label(y: float, text: str, axis: str) -> str:
+    """A scale label at user-unit height ``y`` (the SVG stretches: its 100 units are the
+    chart's height, so a percentage of it places HTML text where the SVG draws)."""
+    cls = "y top" if y <= RATE_TOP else "y"  # the top label hangs below the panel's edge
+    return f'<span class="{cls}" data-axis="{axis}" style="top:{y:.1f}%">{_e(text)}</span>'
+
+
+def chart(window: HistoryWindow, j: int, label: str, now: float | None = None) -> str:
     """The last hour of surface ``j`` of ``window``: rate (blue) against threshold (red,
-    dashed) above; budget excess / tolerance (orange) against 1 (its alarm line) below."""
+    dashed) above; budget excess / tolerance (orange) against 1 (its alarm line) below.  Its
+    scales: bytes/s at the top and middle of the rate panel (a 1-2-5 top, so the figures are
+    round), 100 % at the alarm line of the budget panel, and the time below, in minutes
+    before ``now`` (the page's time).  The labels are HTML over the SVG, which is stretched to
+    the card's width and would distort text of its own."""
     rate = window.rate[j].astype(np.float64)
     threshold = window.threshold[j].astype(np.float64)
     ratio = window.budget_ratio[j].astype(np.float64)
     n = len(rate)
     xs = (np.arange(n) + 0.5) * (CHART_W / max(n, 1))
     finite = np.concatenate([rate[np.isfinite(rate)], threshold[np.isfinite(threshold)]])
-    top = max(float(finite.max()) if len(finite) else 0.0, 1.0) * 1.1
+    top = nice_top((float(finite.max()) if len(finite) else 0.0) * 1.1)
     span = RATE_BOTTOM - RATE_TOP
     rate_y = RATE_BOTTOM - np.clip(rate, 0, None) / top * span
     thr_y = RATE_BOTTOM - np.clip(threshold, 0, None) / top * span
@@ -191,10 +261,27 @@ def chart(window: HistoryWindow, j: int, label: str) -> str:
     ratio_y = BUDGET_BOTTOM - np.clip(ratio, 0, None) / rtop * bspan
     one_y = BUDGET_BOTTOM - bspan / rtop
     points = int(np.isfinite(rate).sum())
-    return (
+    mid_y = RATE_BOTTOM - span / 2
+    ticks = time_axis(window, now if now is not None else float(window.starts[-1]))
+    grid = "".join(
+        f'<line x1="{CHART_W * f:.1f}" y1="{RATE_TOP}" x2="{CHART_W * f:.1f}" '
+        f'y2="{BUDGET_BOTTOM}" stroke="#eceef2" vector-effect="non-scaling-stroke"/>'
+        for f, _ in ticks[1:-1]
+    )
+    scale = (
+        _y_label(RATE_TOP, human(top, "B/s"), "rate-top")
+        + _y_label(mid_y, human(top / 2, "B/s"), "rate-mid")
+        + _y_label(one_y, "100 %", "budget-alarm")
+    )
+    times = "".join(
+        f'<span data-axis="time" style="left:{f * 100:.0f}%">{_e(text)}</span>' for f, text in ticks
+    )
+    svg = (
         f'<svg class="chart" viewBox="0 0 {CHART_W} 100" preserveAspectRatio="none" '
-        f'role="img" data-points="{points}" aria-label="{_e(label)}">'
-        f"<title>{_e(label)}</title>"
+        f'role="img" data-points="{points}" data-top="{top:g}" aria-label="{_e(label)}">'
+        f"<title>{_e(label)}</title>{grid}"
+        f'<line x1="0" y1="{mid_y:.1f}" x2="{CHART_W}" y2="{mid_y:.1f}" stroke="#eceef2" '
+        'vector-effect="non-scaling-stroke"/>'
         f'<line x1="0" y1="{RATE_BOTTOM}" x2="{CHART_W}" y2="{RATE_BOTTOM}" stroke="#d1d5db" '
         'vector-effect="non-scaling-stroke"/>'
         f'<line x1="0" y1="{one_y:.1f}" x2="{CHART_W}" y2="{one_y:.1f}" stroke="#e39b2d" '
@@ -208,6 +295,9 @@ def chart(window: HistoryWindow, j: int, label: str) -> str:
         ".thr{stroke:#c62828;stroke-width:1.2;stroke-dasharray:4 3}"
         ".budget{stroke:#d9770b;stroke-width:1.4}</style></svg>"
     )
+    return (
+        f'<div class="plot"><div class="area">{svg}{scale}</div><div class="x">{times}</div></div>'
+    )
 
 
 # -- sections ------------------------------------------------------------------------------
@@ -217,7 +307,14 @@ def _fig(name: str, value: str, cls: str = "", title: str = "") -> str:
     return f'<div data-fig="{name}"><dt>{name}</dt><dd{c}{t}>{value}</dd></div>'
 
 
-def surface_card(s: SurfaceView, window: HistoryWindow | None, j: int | None, now: float) -> str:
+def surface_card(
+    s: SurfaceView,
+    window: HistoryWindow | None,
+    j: int | None,
+    now: float,
+    fired: dict[tuple[str, str], str] | None = None,
+) -> str:
+    """``fired``: the horizon each surface's budget alert fired on (``fired_horizons``)."""
     state = surface_state(s)
     if s.baseline_ready:
         threshold = _e(human(s.threshold, "B/s")) if s.threshold > 0 else "off"
@@ -230,6 +327,21 @@ def surface_card(s: SurfaceView, window: HistoryWindow | None, j: int | None, no
             budget += f" ({horizon})"
     else:
         budget = "off"
+    budget_html = _e(budget)
+    budget_title = f"budget rule: {STATE_NAMES[s.budget_state]}"
+    if s.budget_state in (AlertState.FIRING, AlertState.PENDING):
+        # The figure is the horizon closest to its tolerance now; the alert names the one
+        # it fired on (a tick ahead of passing it, and held until under its hysteresis), so
+        # "80 % of 16 kbit" beside a firing badge says which budget is meant.
+        on = (fired or {}).get((s.kind, s.name)) or horizon
+        st = STATE_NAMES[s.budget_state]
+        if on:
+            budget_html += (
+                f' <span class="badge {st}" data-fired="{_e(on)}">{st} on {_e(on)}</span>'
+            )
+        budget_title += (
+            f" on the {on} horizon" if on else ""
+        ) + "; it fires a tick before the tolerance would be passed and resolves only well below it"
     figs = [
         _fig("rate", _e(human(s.rate, "B/s"))),
         _fig(
@@ -243,19 +355,14 @@ def surface_card(s: SurfaceView, window: HistoryWindow | None, j: int | None, no
         _fig("baseline", _e(human(s.baseline, "B/s"))),
         _fig("capacity", _e(human(s.capacity_bps, "bit/s"))),
         _fig("spike", STATE_NAMES[s.spike_state], f"st-{STATE_NAMES[s.spike_state]}", "spike rule"),
-        _fig(
-            "budget",
-            _e(budget),
-            f"st-{STATE_NAMES[s.budget_state]}",
-            f"budget rule: {STATE_NAMES[s.budget_state]}",
-        ),
+        _fig("budget", budget_html, f"st-{STATE_NAMES[s.budget_state]}", budget_title),
     ]
     for rule, st in s.rule_states().items():
         if rule not in ("spike", "budget"):  # the optional rules, shown where the surface has them
             figs.append(_fig(rule, STATE_NAMES[st], f"st-{STATE_NAMES[st]}"))
     figs.append(_fig("written", _e(human(float(s.bytes_total), "B"))))
     if window is not None and j is not None:
-        body = chart(window, j, f"{s.name}: last hour of rate against threshold and budget")
+        body = chart(window, j, f"{s.name}: last hour of rate against threshold and budget", now)
         rates = window.rate[j]
         peak = float(np.nanmax(rates)) if np.isfinite(rates).any() else math.nan
         body += (
@@ -348,6 +455,31 @@ def canary_card(c: CanaryView, now: float) -> str:
     )
 
 
+def _n(value: Any) -> str:
+    return f"{float(value):,.0f}" if isinstance(value, int | float) else "?"
+
+
+def resolved_text(change: dict[str, Any]) -> str:
+    """What a resolved change says on the page.  Its summary is the firing one's text with
+    "— resolved" added, which for a budget reads "on course to pass it next tick —
+    resolved": here it says that it resolved, and what the figures were when it did."""
+    summary = str(change.get("summary", ""))
+    figures = change.get("figures") or {}
+    horizon = figures.get("budget_horizon")
+    if change.get("rule") == "budget" and horizon and horizon != "seasonal":
+        target = f"{change.get('kind', '')} surface {change.get('surface', '')}"
+        return (
+            f"{target}: budget resolved. When it resolved it carried "
+            f"{_n(figures.get('budget_excess_bits'))} bits above its {horizon} allowance of "
+            f"{_n(figures.get('budget_allowance_bits_per_second'))} bit/s, under its "
+            f"tolerance of {_n(figures.get('budget_tolerance_bits'))} bits"
+        )
+    text = summary.removesuffix(" — resolved").replace("; on course to pass it next tick", "")
+    if text == summary and not figures:
+        return summary  # a source's own resolved wording ("kernel sees again")
+    return f"Resolved. When it resolved: {text}"
+
+
 def alert_item(change: dict[str, Any], now: float) -> str:
     target_type = "surface" if "surface" in change else "source"
     target = str(change.get(target_type, ""))
@@ -369,12 +501,15 @@ def alert_item(change: dict[str, Any], now: float) -> str:
     evidence = f"<ul class=contrib>{''.join(items)}</ul>" if items else ""
     started = float(change.get("started_at") or 0.0)
     since = f" · since {utc(started)}" if started > 0 and state == "firing" else ""
+    if state == "resolved" and 0 < started <= at:
+        since = f" · after {ago(started, at).removesuffix(' ago')}"
+    summary = resolved_text(change) if state == "resolved" else str(change.get("summary", ""))
     return (
         f'<div class="alert" data-alert="{_e(change.get("fingerprint", ""))}">'
         f'<span class="when" title="{_e(ago(at, now))}">{_e(utc(at))}</span> '
         f'<span class="badge {badge}">{_e(state)}</span> '
         f"<b>{_e(target_type)} {_w(target)}</b> · {_e(change.get('rule', ''))}{_e(since)}"
-        f"<div>{_w(str(change.get('summary', '')))}</div>{evidence}</div>"
+        f"<div>{_w(summary)}</div>{evidence}</div>"
     )
 
 
@@ -386,8 +521,9 @@ def render_page(snap: Snapshot, recent: Sequence[dict[str, Any]], total_surfaces
     shown = window.rows if window is not None else list(range(min(PAGE_SURFACES, total_surfaces)))
     states = [surface_state(s) for s in snap.surfaces]
     counts = {k: states.count(k) for k in ("firing", "pending", "judged", "learning")}
+    fired = fired_horizons(recent)
     cards = "".join(
-        surface_card(snap.surfaces[i], window, j if window is not None else None, now)
+        surface_card(snap.surfaces[i], window, j if window is not None else None, now, fired)
         for j, i in enumerate(shown)
     )
     more = ""
@@ -412,6 +548,7 @@ def render_page(snap: Snapshot, recent: Sequence[dict[str, Any]], total_surfaces
 <p class=meta id=summary>{total_surfaces:,} surfaces: <b>{counts["firing"]} firing</b>,
 {counts["pending"]} pending, {counts["judged"]} judged, {counts["learning"]} learning ·
 sources: {n_up} up, {n_down} down, {n_blind} blind</p>
+<p class=meta id=states>{STATES_EXPLAINED}</p>
 <p class=meta>Last tick ended {_e(utc(snap.last_tick_end))} ({_e(ago(snap.last_tick_end, now))});
 {snap.ticks:,} ticks of {snap.tick:g} s · page taken {_e(utc(now))}</p>
 <p class=meta><a href=/metrics>/metrics</a> · <a href=/api/v1/surfaces>/api/v1/surfaces</a> ·

@@ -7,6 +7,7 @@ surface is there with its figures and its chart, and nothing is wider than the s
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import re
@@ -22,7 +23,7 @@ from alarm.history import MAX_SLOTS, History, HistoryRequest, attention_order, s
 from alarm.pipeline import Pipeline
 from alarm.snapshot import CanarySourceView, CanaryView, Snapshot, SourceView, SurfaceView
 from exporters.http import HttpServer
-from exporters.statuspage import PAGE_SURFACES, human, render_page
+from exporters.statuspage import PAGE_SURFACES, human, nice_top, render_page
 from tests.chromium import chromium, png_size
 from tests.servicekit import get, running_service, wait_for
 
@@ -252,6 +253,58 @@ RECENT = [
         ],
     },
     {
+        "fingerprint": "f3",
+        "surface": "paste-board",
+        "kind": "egress",
+        "rule": "budget",
+        "state": "firing",
+        "previous": "pending",
+        "at": NOW - 50,
+        "started_at": NOW - 70,
+        # The detector's own figures: the horizon it fired on, not the one closest now.
+        "figures": {
+            "budget_horizon": "1d",
+            "budget_excess_bits": 60000.0,
+            "budget_allowance_bits_per_second": 0.5,
+            "budget_tolerance_bits": 65536.0,
+        },
+        "summary": "egress surface paste-board carried 60,000 bits above its 1d allowance of 0 "
+        "bit/s (tolerance 65,536 bits; on course to pass it next tick)",
+        "contributors": [],
+    },
+    {
+        "fingerprint": "f4",
+        "surface": "proxy",
+        "kind": "egress",
+        "rule": "budget",
+        "state": "resolved",
+        "previous": "firing",
+        "at": NOW - 40,
+        "started_at": NOW - 640,
+        "figures": {
+            "budget_horizon": "1h",
+            "budget_excess_bits": 1200.0,
+            "budget_allowance_bits_per_second": 2.0,
+            "budget_tolerance_bits": 24576.0,
+        },
+        "summary": "egress surface proxy carried 1,200 bits above its 1h allowance of 2 bit/s "
+        "(tolerance 24,576 bits; on course to pass it next tick) — resolved",
+        "contributors": [],
+    },
+    {
+        "fingerprint": "f5",
+        "surface": "proxy",
+        "kind": "egress",
+        "rule": "spike",
+        "state": "resolved",
+        "previous": "firing",
+        "at": NOW - 35,
+        "started_at": NOW - 95,
+        "figures": {"rate_bytes_per_second": 90.0},
+        "summary": "egress surface proxy wrote 90 B/s against a baseline of 85 B/s — resolved",
+        "contributors": [],
+    },
+    {
         "fingerprint": "f2",
         "source": "kernel",
         "kind": "source",
@@ -278,6 +331,62 @@ def test_a_learning_surface_shows_learning_where_its_threshold_would_be():
         r'data-surface="proxy".*?data-fig="threshold"><dt>threshold</dt><dd[^>]*>([^<]*)<', page
     )
     assert judged and judged[1] == human(40_000.0, "B/s") == "40 kB/s"
+
+
+def alert_html(page: str, fingerprint: str) -> str:
+    found = re.search(rf'<div class="alert" data-alert="{fingerprint}">(.*?)</div>', page)
+    assert found, fingerprint
+    return html.unescape(re.sub(r"<[^>]+>", "", found[1]))
+
+
+def test_a_resolved_budget_says_it_resolved_and_its_figures_not_the_firing_text():
+    page = render_page(crafted_snapshot(), RECENT, 5)
+    budget = alert_html(page, "f4")
+    assert "on course to pass it next tick" not in budget
+    assert (
+        "egress surface proxy: budget resolved. When it resolved it carried 1,200 bits above "
+        "its 1h allowance of 2 bit/s, under its tolerance of 24,576 bits"
+    ) in budget
+    assert "after 10 min" in budget
+    spike = alert_html(page, "f5")
+    assert "Resolved. When it resolved: egress surface proxy wrote 90 B/s" in spike
+    assert "— resolved" not in spike
+    assert "kernel sees again" in alert_html(page, "f2")  # a source's own words stay
+
+
+def test_judged_and_learning_are_explained():
+    page = render_page(crafted_snapshot(), RECENT, 5)
+    states = re.search(r"<p class=meta id=states>(.*?)</p>", page, re.S)
+    assert states and "judged</b>: quiet, and the spike rule has learned" in states[1]
+    assert "learning</b>: quiet, its spike threshold not known" in states[1]
+
+
+def test_a_firing_budget_names_the_horizon_it_fired_on():
+    page = render_page(crafted_snapshot(), RECENT, 5)
+    board = re.search(r'data-surface="paste-board".*?data-fig="budget">(.*?)</div>', page)
+    assert board
+    # Closest to its tolerance now: the 1h horizon; fired (a tick ahead) on the 1d one.
+    assert "49% of 24.6 kbit (1h)" in board[1]
+    assert '<span class="badge firing" data-fired="1d">firing on 1d</span>' in board[1]
+    # Pending with no change on the page: the horizon closest to its tolerance.
+    pending = re.search(rf'data-surface="{LONG_NAME}".*?data-fig="budget">(.*?)</div>', page)
+    assert pending and 'data-fired="1h">pending on 1h</span>' in pending[1]
+    quiet = re.search(r'data-surface="proxy".*?data-fig="budget">(.*?)</div>', page)
+    assert quiet and "data-fired" not in quiet[1]
+
+
+def test_charts_have_a_rate_scale_and_a_time_axis():
+    page = render_page(crafted_snapshot(), RECENT, 5)
+    card = re.search(r'data-surface="proxy".*?</article>', page)
+    assert card
+    labels = dict(
+        re.findall(r'data-axis="(rate-top|rate-mid|budget-alarm)"[^>]*>([^<]*)<', card[0])
+    )
+    # Its threshold, 40 kB/s, is the largest figure: the scale's top is the next round one.
+    assert labels == {"rate-top": "50 kB/s", "rate-mid": "25 kB/s", "budget-alarm": "100 %"}
+    times = re.findall(r'data-axis="time"[^>]*>([^<]*)<', card[0])
+    assert times == ["-60 min", "-45 min", "-30 min", "-15 min", "now"]
+    assert [nice_top(v) for v in (0.0, 1.0, 1.5, 44_000.0, 50_001.0)] == [1, 1, 2, 50_000, 100_000]
 
 
 def test_workload_text_is_escaped_and_bounded():
@@ -320,8 +429,10 @@ LAYOUT_JS = """
       figs[f.dataset.fig] = Object.assign({text: dd.textContent}, box(dd));
     }
     const svg = card.querySelector('svg.chart');
+    const axes = [...card.querySelectorAll('[data-axis]')].map(
+      (el) => Object.assign({axis: el.dataset.axis, text: el.textContent}, box(el)));
     out.surfaces.push({name: card.dataset.surface, state: card.dataset.state,
-      card: box(card), title: box(card.querySelector('h3')), figs,
+      card: box(card), title: box(card.querySelector('h3')), figs, axes,
       chart: svg ? Object.assign({points: +svg.dataset.points,
                                   lines: svg.querySelectorAll('polyline').length}, box(svg))
                  : null});
@@ -361,6 +472,23 @@ def check_layout(layout: dict, expected: list[SurfaceView], width: int) -> None:
         assert chart is not None, f"{s.name}: no chart"
         assert chart["width"] >= min(280, vw - 60) and chart["height"] >= 80
         assert chart["right"] <= c["right"] and chart["lines"] >= 1 and chart["points"] > 0
+        # The scale: labels shown, inside the card, bytes/s over the rate panel, the time
+        # below the chart from left to right.
+        axes = card["axes"]
+        assert [a["axis"] for a in axes].count("time") == 5, s.name
+        for a in axes:
+            assert a["width"] > 0 and a["height"] > 0, f"{s.name}: {a['axis']} not shown"
+            assert c["left"] - 0.5 <= a["left"] and a["right"] <= c["right"] + 0.5, (
+                f"{s.name}: {a['axis']} label {a['text']!r} outside its card"
+            )
+        top = next(a for a in axes if a["axis"] == "rate-top")
+        assert top["text"].endswith("B/s")
+        chart_bottom = chart["top"] + chart["height"]
+        assert chart["top"] - 0.5 <= top["top"] < chart["top"] + chart["height"] * 0.3
+        times = [a for a in axes if a["axis"] == "time"]
+        assert all(t["top"] >= chart_bottom - 0.5 for t in times), f"{s.name}: time axis"
+        assert [t["left"] for t in times] == sorted(t["left"] for t in times)
+        assert times[-1]["text"] == "now"
 
 
 def check_png(data: bytes, blank: bytes, width: int) -> None:
