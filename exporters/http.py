@@ -3,7 +3,8 @@
 changes anything.
 
 With a web config (exporters/webconfig.py, ``--web.config.file``) every request passes its
-rate limit and basic auth, responses carry its headers, and the listener speaks TLS with its
+rate limit and basic auth (the probes, /healthz and /readyz, the rate limit only: kubelets
+probe without credentials), responses carry its headers, and the listener speaks TLS with its
 certificate.  A new TLS setting applies from the next connection on the same listening
 socket (exporters/listener.py): no connection is refused or dropped in between, and open
 connections finish with the setting they started with.
@@ -33,6 +34,9 @@ from exporters.webconfig import WebConfig, WebConfigWatcher
 
 log = logging.getLogger("capalarm.http")
 
+# Liveness and readiness: answered without basic auth or a client certificate (kubelets
+# probe without them), still under the rate limit.
+PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 # Surfaces /api/v1/surfaces?history=1 carries the history of at most (each ~4 KB of JSON).
 API_HISTORY_LIMIT = 1000
 
@@ -266,6 +270,14 @@ class HttpServer:
         cfg = w.config
         if w.limiter is not None and not w.limiter.allow():
             return web.Response(status=429, text="Too Many Requests\n", headers=cfg.headers)
+        if request.path in PROBE_PATHS:
+            # A kubelet's httpGet probe sends no credentials and no client certificate: behind
+            # basic auth the probes got 401 and the pod was restarted for ever.  They say only
+            # that the process answers and whether its sources read, so they stay open (rate
+            # limited all the same); everything else needs what the web config asks.
+            resp = await handler(request)
+            resp.headers.update(cfg.headers)
+            return resp
         if cfg.allowed_sans is not None and not self._san_allowed(request, cfg.allowed_sans):
             return web.Response(status=403, text="Forbidden\n", headers=cfg.headers)
         if cfg.users:
