@@ -264,8 +264,22 @@ def chart_keys() -> dict[str, Any]:
                     "port name the ServiceMonitor scrapes",
                     pattern=r"^[a-z]([-a-z0-9]{0,13}[a-z0-9])?$",
                 ),
+                "scrapeAnnotations": _bool(
+                    "prometheus.io/scrape, /port, /path and /scheme annotations on the Services"
+                ),
                 "annotations": _obj("annotations", additionalProperties={"type": "string"}),
                 "labels": _obj("labels", additionalProperties={"type": "string"}),
+            },
+        ),
+        "webConfig": _obj(
+            "TLS and basic auth (--web.config.file, the exporter-toolkit format) from a Secret",
+            {
+                "existingSecret": _str(
+                    "Secret holding the web config and the files it names, mounted at "
+                    "/etc/capalarm/web/; empty: plain HTTP without auth"
+                ),
+                "key": _str("the web config's key in the Secret", minLength=1),
+                "tls": _bool("the web config serves TLS: probes and annotations say https"),
             },
         ),
         "prometheus": _obj("Prometheus Operator resources", {"monitor": monitor, "rules": rules}),

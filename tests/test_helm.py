@@ -456,3 +456,89 @@ def test_the_validators_refuse_broken_manifests():
     sm["spec"]["endpoints"][0]["interval"] = "every minute"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.Draft7Validator(crd_schema("ServiceMonitor", sm["apiVersion"])).validate(sm)
+
+
+# -- scraping, TLS and basic auth --------------------------------------------------------
+def test_the_service_is_scraped_by_annotation_on_a_port_named_metrics():
+    """Annotation-based discovery found nothing to scrape, and the port was named http where
+    scrapers and prometheus-node-exporter's chart use metrics."""
+    docs = rendered(DEFAULT)
+    for svc in kinds(docs, "Service"):
+        [port] = svc["spec"]["ports"]
+        assert port["name"] == "metrics" and port["targetPort"] == "metrics"
+        assert svc["metadata"]["annotations"] == {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": "9733",
+            "prometheus.io/path": "/metrics",
+            "prometheus.io/scheme": "http",
+        }
+    ds = one(docs, "DaemonSet", "capalarm-node")
+    c = container(ds)
+    assert [p["name"] for p in c["ports"]] == ["metrics"]
+    assert c["livenessProbe"]["httpGet"]["port"] == "metrics"
+    assert c["readinessProbe"]["httpGet"]["port"] == "metrics"
+    assert "args" not in c  # no web config: plain HTTP, as before
+
+
+def test_annotations_can_be_turned_off_and_added_to():
+    values = values_of(DEFAULT)
+    values["service"] = {"scrapeAnnotations": False, "annotations": {"team": "sec"}}
+    for svc in kinds(render(values), "Service"):
+        assert svc["metadata"]["annotations"] == {"team": "sec"}
+
+
+def test_tls_and_basic_auth_come_from_a_secret_and_the_probes_still_pass():
+    values = values_of(DEFAULT)
+    values["webConfig"] = {"existingSecret": "capalarm-web", "tls": True}
+    docs = render(values)
+    for svc in kinds(docs, "Service"):
+        assert svc["metadata"]["annotations"]["prometheus.io/scheme"] == "https"
+    for kind, name in (("DaemonSet", "capalarm-node"), ("Deployment", "capalarm-cluster")):
+        workload = one(docs, kind, name) if kinds(docs, kind) else None
+        if workload is None:
+            continue
+        c = container(workload)
+        assert c["args"] == ["--web.config.file=/etc/capalarm/web/web-config.yml"]
+        args = build_parser().parse_args(c["command"][1:] + c["args"])
+        assert args.web_config_file == "/etc/capalarm/web/web-config.yml"
+        mounts = {m["name"]: m for m in c["volumeMounts"]}
+        assert mounts["web-config"]["mountPath"] == "/etc/capalarm/web"
+        volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"]["volumes"]}
+        assert volumes["web-config"]["secret"]["secretName"] == "capalarm-web"
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert c[probe]["httpGet"]["scheme"] == "HTTPS"
+    kubernetes_validate.validate(one(docs, "DaemonSet", "capalarm-node"), KUBE_VERSION, strict=True)
+
+
+async def test_the_charts_probes_get_no_401_from_a_service_behind_basic_auth(tmp_path):
+    """With basic auth on, the chart's httpGet probes (which send no credentials) got 401 and
+    the kubelet restarted the pod for ever.  The probes' paths, as the chart renders them,
+    against a real service with a basic-auth web config."""
+    import aiohttp
+    import bcrypt
+
+    from exporters.webconfig import load_web_config
+    from tests.servicekit import running_service
+
+    c = container(one(rendered(DEFAULT), "DaemonSet", "capalarm-node"))
+    paths = [c[p]["httpGet"]["path"] for p in ("livenessProbe", "readinessProbe")]
+    assert paths == ["/healthz", "/readyz"]
+    web = tmp_path / "web.yml"
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
+    web.write_text(yaml.safe_dump({"basic_auth_users": {"prom": hashed}}))
+    kern = tmp_path / "kern.log"
+    kern.write_text("")
+    config = {
+        "state_dir": str(tmp_path / "state"),
+        "sources": [{"name": "k", "type": "file", "paths": [str(kern)]}],
+    }
+    async with (
+        running_service(config, web_config=load_web_config(str(web))) as service,
+        aiohttp.ClientSession() as session,
+    ):
+        base = f"http://127.0.0.1:{service.http_port}"
+        for path in paths:
+            async with session.get(base + path) as resp:
+                assert resp.status != 401, path
+        async with session.get(base + "/metrics") as resp:
+            assert resp.status == 401  # everything else still needs the credentials

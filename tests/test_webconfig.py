@@ -151,10 +151,15 @@ async def test_a_scrape_without_credentials_is_401_with_them_200(tmp_path):
         service_config(tmp_path), collectors=collectors(), web_config=load_web_config(str(web))
     ) as service:
         base = f"http://127.0.0.1:{service.http_port}"
-        for path in ("/metrics", "/", "/api/v1/surfaces", "/api/v1/alerts", "/healthz"):
+        for path in ("/metrics", "/", "/api/v1/surfaces", "/api/v1/alerts"):
             status, headers, _ = await fetch(base + path)
             assert status == 401, path
             assert headers["WWW-Authenticate"] == "Basic"
+        # A kubelet probes without credentials: 401 there restarted the pod for ever.
+        for path in ("/healthz", "/readyz"):
+            status, headers, _ = await fetch(base + path)
+            assert status == 200, path
+            assert headers["X-Frame-Options"] == "deny"  # the configured headers all the same
         assert (await fetch(base + "/metrics", auth=basic("prom", "wrong")))[0] == 401
         assert (await fetch(base + "/metrics", auth=basic("nobody", "s3cret")))[0] == 401
         assert (await fetch(base + "/metrics", auth=basic("ops", "s3cret")))[0] == 401

@@ -246,6 +246,31 @@ One dict keyed by path, so a directory two sources need is mounted once.
 - /etc/capalarm/config.yaml
 {{- end }}
 
+{{/* A probe from values; an httpGet probe says HTTPS where the web config serves TLS. */}}
+{{- define "capalarm.probe" -}}
+{{- $probe := deepCopy .probe }}
+{{- if and $probe.httpGet .root.Values.webConfig.existingSecret .root.Values.webConfig.tls }}
+{{- $_ := set $probe.httpGet "scheme" "HTTPS" }}
+{{- end }}
+{{- toYaml $probe }}
+{{- end }}
+
+{{/* prometheus.io annotations for annotation-based discovery, then service.annotations. */}}
+{{- define "capalarm.serviceAnnotations" -}}
+{{- $out := dict }}
+{{- if .Values.service.scrapeAnnotations }}
+{{- $tls := and .Values.webConfig.existingSecret .Values.webConfig.tls }}
+{{- $_ := set $out "prometheus.io/scrape" "true" }}
+{{- $_ := set $out "prometheus.io/port" (toString .Values.service.port) }}
+{{- $_ := set $out "prometheus.io/path" "/metrics" }}
+{{- $_ := set $out "prometheus.io/scheme" (ternary "https" "http" (not (not $tls))) }}
+{{- end }}
+{{- $out = merge (deepCopy (.Values.service.annotations | default dict)) $out }}
+{{- with $out }}
+{{- toYaml . }}
+{{- end }}
+{{- end }}
+
 {{/* Volumes both workloads mount: (dict "root" $ "workload" "daemonset"). */}}
 {{- define "capalarm.commonVolumes" -}}
 - name: config
@@ -254,6 +279,12 @@ One dict keyed by path, so a directory two sources need is mounted once.
 - name: tmp
   emptyDir:
     sizeLimit: 64Mi
+{{- with .root.Values.webConfig.existingSecret }}
+- name: web-config
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0440
+{{- end }}
 {{- range .root.Values.secretMounts }}
 {{- if has $.workload (default (list "daemonset" "deployment") .workloads) }}
 - name: secret-{{ .name }}
@@ -273,6 +304,11 @@ One dict keyed by path, so a directory two sources need is mounted once.
   mountPath: /tmp
 - name: state
   mountPath: {{ include "capalarm.stateDir" .root }}
+{{- if .root.Values.webConfig.existingSecret }}
+- name: web-config
+  mountPath: /etc/capalarm/web
+  readOnly: true
+{{- end }}
 {{- range .root.Values.secretMounts }}
 {{- if has $.workload (default (list "daemonset" "deployment") .workloads) }}
 - name: secret-{{ .name }}
@@ -288,12 +324,17 @@ image: {{ include "capalarm.image" .root }}
 imagePullPolicy: {{ .root.Values.image.pullPolicy }}
 command:
   {{- include "capalarm.command" .root | nindent 2 }}
-{{- with (get .root.Values .workload).extraArgs }}
+{{- $args := list }}
+{{- with .root.Values.webConfig.existingSecret }}
+{{- $args = append $args (printf "--web.config.file=/etc/capalarm/web/%s" $.root.Values.webConfig.key) }}
+{{- end }}
+{{- $args = concat $args ((get .root.Values .workload).extraArgs | default list) }}
+{{- with $args }}
 args:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 ports:
-  - name: http
+  - name: metrics
     containerPort: {{ .root.Values.service.port }}
     protocol: TCP
 {{- with (get .root.Values .workload).env }}
@@ -302,11 +343,11 @@ env:
 {{- end }}
 {{- with .root.Values.livenessProbe }}
 livenessProbe:
-  {{- toYaml . | nindent 2 }}
+  {{- include "capalarm.probe" (dict "probe" . "root" $.root) | nindent 2 }}
 {{- end }}
 {{- with .root.Values.readinessProbe }}
 readinessProbe:
-  {{- toYaml . | nindent 2 }}
+  {{- include "capalarm.probe" (dict "probe" . "root" $.root) | nindent 2 }}
 {{- end }}
 {{- with (get .root.Values .workload).resources }}
 resources:
