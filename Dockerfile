@@ -8,8 +8,8 @@
 #   docker build -t capalarm:0.1.0 .
 #
 # This recipe cannot be built on the project's development machines (no container engine);
-# tests/test_helm.py checks what can be checked without one: the ENTRYPOINT, user and port
-# agree with the Helm chart and with the package's console script.  See docs/deployment.md.
+# tests/test_helm.py and tests/test_packaging.py check what can be checked without one: the
+# ENTRYPOINT and CMD, user and port agree with the Helm chart and the package's console script.  See docs/deployment.md.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
@@ -47,4 +47,9 @@ ENV PATH=/opt/capalarm/bin:$PATH \
 USER 10001:10001
 VOLUME ["/var/lib/capalarm"]
 EXPOSE 9733
-ENTRYPOINT ["capalarm", "run", "--config", "/etc/capalarm/config.yaml"]
+# The program is the entrypoint and the verb the default command, so that any verb runs:
+#   docker run IMAGE                                  (the service, on the mounted config)
+#   docker run -v $PWD:/c IMAGE check-config /c/config.yaml
+#   docker run IMAGE --version
+ENTRYPOINT ["capalarm"]
+CMD ["run", "--config", "/etc/capalarm/config.yaml"]

@@ -391,11 +391,13 @@ def test_image_entrypoint_is_the_charts_command_and_the_packages_script():
     [entrypoint] = [
         json.loads(rest) for word, rest in dockerfile_instructions() if word == "ENTRYPOINT"
     ]
+    [cmd] = [json.loads(rest) for word, rest in dockerfile_instructions() if word == "CMD"]
     ds = one(rendered(DEFAULT), "DaemonSet", "capalarm-node")
-    assert container(ds)["command"] == entrypoint
+    # The chart runs what `docker run IMAGE` runs: the entrypoint with the default command.
+    assert container(ds)["command"] == entrypoint + cmd
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts[entrypoint[0]] == "alarm.cli:main"
-    args = build_parser().parse_args(entrypoint[1:])
+    args = build_parser().parse_args(cmd)
     assert args.command == "run"
     mounts = {m["name"]: m["mountPath"] for m in container(ds)["volumeMounts"]}
     assert args.config == mounts["config"]

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import email
+import json
 import shutil
 import subprocess
 import sys
@@ -91,3 +92,31 @@ def test_a_built_wheel_carries_the_license_expression_and_file(tmp_path):
     assert meta["License-Expression"] == "Apache-2.0"
     assert meta.get_all("License-File") == ["LICENSE"]
     assert meta["License"] is None  # the deprecated free-text field is gone
+
+
+def dockerfile_exec_form(instruction: str) -> list[str]:
+    """The JSON (exec) form of the runtime stage's ENTRYPOINT or CMD."""
+    found = [
+        json.loads(line.split(None, 1)[1])
+        for line in (ROOT / "Dockerfile").read_text().splitlines()
+        if line.startswith(f"{instruction} ")
+    ]
+    assert len(found) == 1, f"one {instruction} in the Dockerfile: {found}"
+    return found[0]
+
+
+def test_the_image_runs_any_verb():
+    """ENTRYPOINT ["capalarm", "run", "--config", ...] made `docker run IMAGE check-config`
+    run `capalarm run --config ... check-config`: the program is the entrypoint, the verb the
+    default command, which `docker run IMAGE <verb> ...` replaces."""
+    from alarm.cli import build_parser
+
+    entrypoint = dockerfile_exec_form("ENTRYPOINT")
+    cmd = dockerfile_exec_form("CMD")
+    assert entrypoint == ["capalarm"]
+    scripts = PYPROJECT["project"]["scripts"]
+    assert scripts["capalarm"] == "alarm.cli:main"
+    default = build_parser().parse_args(cmd)
+    assert default.command == "run" and default.config == "/etc/capalarm/config.yaml"
+    check = build_parser().parse_args(["check-config", "/etc/capalarm/config.yaml"])
+    assert check.command == "check-config"
