@@ -1199,6 +1199,8 @@ class Detector:
                     use = aggregate_pairs
                 persist.restore_rows(target, arrays[name], use)
         self.duty.restored()
+        for rule in self.rules.values():
+            rule.restored()
         self._whole_day = None  # the tails' days were restored: roll them on the next tick
         self.spike.tail.restore_days(header.get("tail_days"))
         self.ledger.load_clock(header.get("ledger"))

@@ -65,6 +65,9 @@ class Rule:
         """(breached, clear) per row, or None when nothing can change this tick."""
         raise NotImplementedError
 
+    def restored(self) -> None:
+        """Saved state was loaded into the rule's arrays: rebuild what is derived from them."""
+
     def describe(self, row: int) -> tuple[float, float, str, dict[str, Any]]:
         """(value, threshold, what the surface did, figures) for an alert on ``row``."""
         raise NotImplementedError

@@ -67,6 +67,9 @@ class DormantRule(Rule):
         self._watch, self._since = self._watch[keep], self._since[keep]
         return breached, ~breached
 
+    def restored(self) -> None:
+        self._refreshed = False
+
     def _refresh(self, start: float) -> None:
         """The rows silent for SILENT, longer than LONGER x any silence they broke; a row
         never written has been silent since it was first watched."""

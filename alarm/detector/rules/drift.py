@@ -102,6 +102,9 @@ class DriftRule(Rule):
         clear &= (past <= self.weekday_threshold / WEEKDAY_CLEAR).all(axis=0)
         return breached, clear
 
+    def restored(self) -> None:
+        self._days_kept = None
+
     def _thresholds(self, today: int) -> None:
         ledger = self.rows.ledger
         daily, days = ledger.days_before(today, LAG_DAYS)

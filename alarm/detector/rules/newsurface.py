@@ -59,24 +59,46 @@ class NewSurfaceRule(Rule):
         # A row pages at most once in its life: after its page clears, or its learning ends,
         # the derived budget and the long-memory rules have it.
         self.done = np.zeros(n, dtype=bool)
-        self._learning = self.enabled.copy()  # rows not known to be past LEARNING
+        # Rows on the rule not written yet, and rows in their learning days (indices).
+        self._waiting = np.flatnonzero(self.enabled)
+        self._learning = np.zeros(0, dtype=np.int64)
 
     def judge(self, t: TickInput) -> tuple[np.ndarray, np.ndarray] | None:
-        if not self._learning.any():
+        waiting = self._waiting
+        if waiting.size:  # rows not written yet: their life starts at their first write
+            born = waiting[t.bits[waiting] > 0]
+            if born.size:
+                self.first_write[born] = t.start
+                self._learning = np.union1d(self._learning, born)
+                self._waiting = np.setdiff1d(waiting, born, assume_unique=True)
+        rows = self._learning
+        if not rows.size:
             return None
-        new = self._learning & np.isnan(self.first_write) & (t.bits > 0)
-        self.first_write[new] = t.start
-        age = t.start - self.first_write  # NaN: not written yet
-        learning = self._learning & ~(age > LEARNING) & ~self.done
-        self._learning = learning
-        allowance = self.allowance * GROWTH ** (np.nan_to_num(age, nan=0.0) / 86400.0)
-        step = np.where(learning & ~np.isnan(age), t.bits - allowance * t.tick, -np.inf)
-        self.excess = np.maximum(0.0, self.excess + step)
-        breached = self.excess > self.tolerance
-        clear = self.excess <= CLEAR_FRACTION * self.tolerance
+        age = t.start - self.first_write[rows]
+        over = (age > LEARNING) | self.done[rows]
+        if over.any():  # learnt: the derived budget and the long-memory rules have it
+            self.excess[rows[over]] = 0.0
+            rows = self._learning = rows[~over]
+            age = age[~over]
+        allowance = self.allowance[rows] * GROWTH ** (age / 86400.0)
+        excess = np.maximum(0.0, self.excess[rows] + t.bits[rows] - allowance * t.tick)
+        self.excess[rows] = excess
+        tolerance = self.tolerance[rows]
+        if not (excess > CLEAR_FRACTION * tolerance).any() and not self.paged[rows].any():
+            return None  # every learning row clear, none paged: nothing to step
+        n = len(self.rows.targets)
+        breached = np.zeros(n, dtype=bool)
+        clear = np.ones(n, dtype=bool)
+        breached[rows] = excess > tolerance
+        clear[rows] = excess <= CLEAR_FRACTION * tolerance
         self.done |= self.paged & clear
         self.paged |= breached
         return breached, clear
+
+    def restored(self) -> None:
+        on = self.enabled & ~self.done
+        self._waiting = np.flatnonzero(on & np.isnan(self.first_write))
+        self._learning = np.flatnonzero(on & ~np.isnan(self.first_write))
 
     def describe(self, row: int) -> tuple[float, float, str, dict[str, Any]]:
         excess, tol = float(self.excess[row]), float(self.tolerance[row])
