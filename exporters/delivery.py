@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import logging
 import random
 import sqlite3
@@ -29,6 +28,7 @@ import aiohttp
 from alarm import __version__
 from alarm.collectors.registry.sight import shown_url
 from alarm.notify_config import OutboxConfig
+from alarm.retryafter import retry_after as parse_retry_after
 from exporters.outbox import ChannelStats, Outbox, Row, Settle
 
 log = logging.getLogger("capalarm.notify")
@@ -59,17 +59,9 @@ def reject(reason: str) -> Outcome:
 
 
 def retry_after(value: str | None, now: float) -> float | None:
-    """Retry-After as delay-seconds or an HTTP date (RFC 9110 10.2.3), bounded."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return min(float(value), MAX_RETRY_AFTER)
-    try:
-        when = email.utils.parsedate_to_datetime(value).timestamp()
-    except (TypeError, ValueError, IndexError):
-        return None
-    return min(max(0.0, when - now), MAX_RETRY_AFTER)
+    """Retry-After as delay-seconds or an HTTP date, at most MAX_RETRY_AFTER (the one parser
+    every client uses: alarm/retryafter.py)."""
+    return parse_retry_after(value, now, MAX_RETRY_AFTER)
 
 
 def post(

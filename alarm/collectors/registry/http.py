@@ -61,7 +61,10 @@ from alarm.collectors.registry.token_auth import (
     token_of,
 )
 from alarm.jsontext import loads_json
+from alarm.retryafter import retry_after
 
+# The longest a server's Retry-After puts the next poll off: the longest poll interval.
+MAX_RETRY_AFTER = 86400.0
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 MAX_REDIRECTS = 5
@@ -144,17 +147,9 @@ def special_address_refusal(
 
 
 def retry_after_seconds(value: str | None, now: float) -> float | None:
-    """RFC 9110 §10.2.3: ``Retry-After: 120`` or ``Retry-After: <HTTP-date>``."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - now)
+    """RFC 9110 §10.2.3: ``Retry-After: 120`` or ``Retry-After: <HTTP-date>``, at most
+    MAX_RETRY_AFTER: the next poll is never put off longer than the longest poll interval."""
+    return retry_after(value, now, MAX_RETRY_AFTER)
 
 
 def safe_url(url: str) -> str:
