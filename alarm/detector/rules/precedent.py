@@ -105,20 +105,26 @@ class Incidents:
     A weekly job's first run fires spike, budget, duty and drift over its half hour and its
     day budget drains for a day: one page, not four."""
 
-    STATE = ("opened_at", "open_until", "joined")
+    STATE = ("opened_at", "open_until", "joined", "paged")
 
     def __init__(self, n: int, rules: list[str]):
         self.bit = {rule: np.uint32(1 << i) for i, rule in enumerate(rules)}
         self.opened_at = np.full(n, -np.inf)
         self.open_until = np.full(n, -np.inf)
         self.joined = np.zeros(n, dtype=np.uint32)  # the rules of the open incident
+        self.paged = np.zeros(n, dtype=np.uint32)  # those of them that paged
 
     def joins(self, rule: str, row: int, now: float) -> bool:
         """Whether a page of ``rule`` on ``row`` now is part of its open incident (which it
-        then keeps open)."""
+        then keeps open).  A rule that paged in this incident pages again as itself (its
+        alert resolved and fired again: the notification router's reopen window makes that
+        one page, updated)."""
         if now > self.open_until[row]:
             return False
         bit = self.bit[rule]
+        if self.paged[row] & bit:
+            self.open_until[row] = now + JOIN_WINDOW
+            return False
         if not self.joined[row] & bit:
             if now - self.opened_at[row] > MAX_INCIDENT:
                 return False
@@ -127,8 +133,11 @@ class Incidents:
         return True
 
     def opened(self, rule: str, row: int, now: float) -> None:
+        """``rule`` paged on ``row``: the incident opens, or goes on."""
         if now > self.open_until[row]:
             self.opened_at[row] = now
             self.joined[row] = 0
+            self.paged[row] = 0
         self.joined[row] |= self.bit[rule]
+        self.paged[row] |= self.bit[rule]
         self.open_until[row] = now + JOIN_WINDOW
