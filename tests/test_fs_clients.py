@@ -6,6 +6,7 @@ sizes of the files the clients left."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import hashlib
@@ -31,6 +32,7 @@ from tests.test_fs_kit import (
     Recorder,
     collector,
     make_space,
+    mount_tmpfs,
     quiesce,
     running,
     settings,
@@ -223,3 +225,88 @@ async def test_npm_cache_add_into_a_watched_cache(space, tmp_path: Path) -> None
     assert per_surface["npm"] >= tree_bytes(str(cache)) - tree_bytes(str(content)) - tree_bytes(
         str(index)
     )
+
+
+def npm_pack(out: Path, name: str) -> Path:
+    """A package made by ``npm pack`` itself (a source directory with ~27 kB of JS)."""
+    src = out / "src" / name
+    src.mkdir(parents=True)
+    (src / "package.json").write_text(f'{{"name": "{name}", "version": "1.0.0"}}\n')
+    (src / "index.js").write_text("module.exports = '" + os.urandom(13_000).hex() + "';\n")
+    subprocess.run(
+        ["npm", "pack", "--pack-destination", str(out), "--silent"],
+        cwd=src,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        env=npm_env(out / "pack-cache"),
+    )
+    return out / f"{name}-1.0.0.tgz"
+
+
+def npm_env(cache: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "npm_config_cache": str(cache),
+        "npm_config_update_notifier": "false",
+        "npm_config_audit": "false",
+        "npm_config_fund": "false",
+    }
+
+
+@pytest.mark.parametrize("settle", [0.5, 3.0])
+@pytest.mark.parametrize("mode", MODES)
+async def test_npm_install_into_a_watched_cache_counts_every_byte_once(
+    tmp_path: Path, request: pytest.FixtureRequest, mode: str, settle: float
+) -> None:
+    # npm's cacache writes each artifact as _cacache/tmp/<uuid> and renames it into a
+    # directory it has just made (content-v2/sha512/ab/cd/, index-v5/ab/cd/), which nobody
+    # watches yet when the rename happens: each file's bytes must count once, whatever names
+    # it had, with the default settle and with one longer than the whole install.
+    if shutil.which("npm") is None:
+        if CI:
+            pytest.fail("npm is part of the CI image (Debian npm)")
+        pytest.skip("npm not installed")
+    # A tmpfs of its own: no other writer, and no inode number given to two files in turn
+    # (ext4 reuses them at once), so that device:inode names one file for the whole test.
+    base = tmp_path / "mnt"
+    mount_tmpfs(base, request, size="256m")
+    tree = base / "tree"
+    tree.mkdir()
+    tarballs = [npm_pack(tmp_path, name) for name in ("tiny-a", "tiny-b", "tiny-c")]
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "package.json").write_text('{"name": "proj", "version": "1.0.0"}\n')
+    cache = tree / "npm"
+    rec = Recorder()
+    c = collector(settings([str(tree)], mode=mode, settle=settle), rec)
+    async with running(c, rec):
+        await asyncio.to_thread(
+            subprocess.run,
+            ["npm", "install", "--offline", "--loglevel=warn", *map(str, tarballs)],
+            cwd=project,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            env=npm_env(cache),
+        )
+        await quiesce(c)
+    assert (project / "node_modules" / "tiny-c" / "index.js").exists()
+    # Per file (device:inode), whatever names it had: the files npm left (content-v2,
+    # index-v5, its log) count their size, those it wrote and removed (what it unpacked, the
+    # copies of an artifact it already had) at most their size: every byte once.
+    per_inode: Counter[str] = Counter()
+    largest: Counter[str] = Counter()
+    for e in rec.events:
+        if e.nbytes:
+            per_inode[e.evidence["dev_ino"]] += e.nbytes
+            largest[e.evidence["dev_ino"]] = max(largest[e.evidence["dev_ino"]], e.evidence["size"])
+    left = {}
+    for d, _, files in os.walk(cache):
+        for f in files:
+            st = os.lstat(os.path.join(d, f))
+            left[f"{st.st_dev}:{st.st_ino}"] = st.st_size
+    for ident, n in left.items():
+        assert per_inode[ident] == n, ident
+    for ident, n in per_inode.items():
+        assert n <= largest[ident], ident
+    content = cache / "_cacache" / "content-v2"
+    assert tree_bytes(str(content)) == sum(t.stat().st_size for t in tarballs)

@@ -117,7 +117,7 @@ async def wait_for(cond: Any, timeout: float = 20.0, what: str = "condition") ->
 def quiet(c: FsCollector, since: float) -> bool:
     e = c.engine
     readers = [w.reader for w in (e.inotify, e.fanotify) if w is not None]
-    if e.jobs or e.state.pending or any(r.pending() for r in readers):
+    if e.jobs or e.state.pending or e.state.orphans or any(r.pending() for r in readers):
         return False
     if e.inotify is not None and e.inotify.holding:
         return False

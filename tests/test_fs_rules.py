@@ -118,6 +118,36 @@ async def test_a_temporary_name_renamed_at_once_counts_where_it_lands(space) -> 
     )
 
 
+@pytest.mark.parametrize("settle", [0.0, 3.0])
+async def test_a_file_renamed_into_a_directory_made_just_before_counts_once(
+    space, settle: float
+) -> None:
+    """npm's cacache: ``mkdir -p`` of the destination, a rename into it, the next write.  The
+    rename's destination is not watched yet (inotify reports only its source's departure);
+    the file counts once, on where it lands when it lands within settle."""
+    mode, tree, _ = space
+    (tree / "tmp").mkdir()
+    rec = Recorder()
+    c = collector(settings([str(tree)], mode=mode, settle=settle), rec)
+    sizes = [5000 + i for i in range(6)]
+    async with running(c, rec):
+        for i, n in enumerate(sizes):
+            write(tree / "tmp" / f"t{i}", os.urandom(n))
+            if i % 2:  # every other one already counted at its temporary name
+                await quiesce(c)
+            final = tree / "content" / f"{i:02x}" / "cd"
+            final.mkdir(parents=True)
+            os.rename(tree / "tmp" / f"t{i}", final / "blob")
+            write(tree / "tmp" / f"next{i}", b"")  # the next temporary, at once
+        await quiesce(c)
+    assert rec.bytes_under(str(tree)) == sum(sizes) == tree_bytes(str(tree))
+    assert rec.counts["files_created"] == 2 * len(sizes)
+    if settle >= 3.0:
+        per_path = rec.by_path()
+        for i in range(0, len(sizes), 2):
+            assert per_path[str(tree / "content" / f"{i:02x}" / "cd" / "blob")] == sizes[i]
+
+
 async def test_growth_counts_the_growth_of_a_file_held_open(space) -> None:
     mode, tree, _ = space
     rec = Recorder()

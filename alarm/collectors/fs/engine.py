@@ -54,6 +54,14 @@ MAX_EVENTS = 50_000  # watcher events per step
 SCAN_BUDGET = 20_000  # entries scanned per step
 COMM_MEMORY = 4096
 BLIND_REASONS_SHOWN = 3  # per source; the rest is "and N more"
+# An inode whose names all went (state.py, orphans) is forgotten only when no scan that could
+# still find it is running, ORPHAN_GRACE after it went (an overflow a scan raced with is read
+# by then, and reconciled), and, where directories are polled, once a poll round started
+# after it went has listed every directory without any changing meanwhile (scan.py, clean):
+# a round misses a file renamed from a directory it has not listed into one it has, so only
+# a clean round's "not found" means gone.
+ORPHAN_GRACE = 1.0
+MAX_ORPHANS = 100_000
 
 
 @dataclass(slots=True)
@@ -138,6 +146,7 @@ class Engine:
         self._started_at = 0.0
         self.poll_dirs = False  # some directory of a watched tree fell back to polling
         self.inner_mounts: set[str] | None = None  # mount points inside the trees, last seen
+        self._clean_poll_gen = 0  # the generation of the last clean poll round
 
     # -- the saved snapshot ------------------------------------------------------------
     def load_ledger(self, rows: Iterable[tuple[str, str]], out: Output) -> None:
@@ -165,7 +174,7 @@ class Engine:
         """Make the watchers, decide modes, register roots and schedule the first scans.
         Raises SourceUnavailable when a mode the config insists on cannot be had."""
         out = self._out = Output()
-        self._now = now
+        self._now = self.state.now = now
         self._started_at = now
         again = self.opened
         if self.position_invalid:
@@ -636,7 +645,7 @@ class Engine:
     # -- the step ----------------------------------------------------------------------
     def step(self, now: float) -> StepResult:
         out = self._out = Output()
-        self._now = now
+        self._now = self.state.now = now
         state = self.state
         ops = Touches(state, out, self._skip, self._counting)
         more = False
@@ -701,6 +710,7 @@ class Engine:
         self._poll_due(now)
         self._canaries(now, out)
         state.flush(out)
+        self._expire_orphans(now, out)
         hashed, skipped = self.receipts.add(out.events, now)
         out.counts["receipts_hashed"] += hashed
         out.counts["receipts_skipped"] += skipped
@@ -757,8 +767,20 @@ class Engine:
             if done:
                 self.jobs.remove(job)
                 out.counts["scans_completed"] += 1
+                if job.reason == "poll" and job.clean:
+                    self._clean_poll_gen = job.gen
                 if job.on_done is not None:
                     job.on_done()
+
+    def _expire_orphans(self, now: float, out: Output) -> None:
+        """Forget the orphans no scan can find any more (ORPHAN_GRACE, a clean poll round)."""
+        state = self.state
+        if not state.orphans:
+            return
+        gen = 0  # none, while a scan runs (only beyond MAX_ORPHANS)
+        if not self.jobs:
+            gen = self._clean_poll_gen if self.polling else state.gen + 1
+        state.expire_orphans(now - ORPHAN_GRACE, gen, out, MAX_ORPHANS)
 
     def _result(self, now: float, out: Output, more: bool, last_read: list[float]) -> StepResult:
         counting_jobs = [j for j in self.jobs if j.count]
@@ -834,6 +856,9 @@ class Engine:
             times += [c.written + self.canaries.deadline for c in self.canaries.live.values()]
         if self.jobs:
             times.append(now)
+        elif self.state.orphans and not self.polling:
+            first = next(iter(self.state.orphans.values()))
+            times.append(max(now, first.since + ORPHAN_GRACE))
         return min(times)
 
     def blind(self) -> str:

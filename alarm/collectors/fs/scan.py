@@ -8,6 +8,15 @@ a million files is a few hundred steps with the inotify queue drained between th
 has listed everything it sweeps: what it did not see, and nothing touched since it started, is
 gone (:meth:`FileState.sweep`).
 
+Listing one directory at a time, a scan can miss a file renamed from a directory it has not
+listed yet into one it has: the old name is swept, the inode is an orphan (state.py) that a
+later scan finds again by (device, inode) and carries, never a delete and a new file.  To
+know when "not found" can be believed, each listed directory's mtime is read just before it
+is listed and again when the scan is done: a scan in which none changed (``clean``) saw every
+directory as it was at its end, so what it did not see was not there.  (The stat before the
+listing also matters: with multigrain timestamps, Linux 6.13+, a change after a query always
+moves the mtime; with coarse timestamps a change within the same tick can go unseen.)
+
 Timestamps: what a counting scan finds was written while the watcher could not see it, at
 some time in ``[since, now]``.  It is stamped with the entry's ctime clamped into that window:
 the kernel sets ctime on every write and a process cannot set it back (utimensat(2) sets only
@@ -37,6 +46,8 @@ class ScanJob:
     entries: int = 0
     stack: list[int] = field(default_factory=list)
     scanned: list[int] = field(default_factory=list)
+    mtimes: dict[int, int] = field(default_factory=dict)  # listed dir -> its mtime then
+    clean: bool = False  # done, and no listed directory changed while it ran
     on_done: Callable[[], None] | None = None
     _iter: Iterator[os.DirEntry[bytes]] | None = None
     _dir: int = -1
@@ -67,6 +78,7 @@ class ScanJob:
         while used < budget:
             if self._iter is None:
                 if not self.stack:
+                    self.clean = self._unchanged(state)
                     state.sweep(self.scanned, self.gen, now, out)
                     self.entries += used
                     return True, used
@@ -76,6 +88,7 @@ class ScanJob:
                     continue
                 path = state.path(did)
                 try:
+                    mtime = os.stat(path).st_mtime_ns
                     it = os.scandir(path)
                 except FileNotFoundError:
                     continue  # removed meanwhile: its parent's events or sweep handle it
@@ -90,6 +103,7 @@ class ScanJob:
                 d.gen = self.gen
                 d.listed = True
                 self.scanned.append(did)
+                self.mtimes[did] = mtime
                 self._iter, self._dir, self._closer = iter(it), did, it.close
             did = self._dir
             d = state.dirs.get(did)
@@ -133,3 +147,15 @@ class ScanJob:
                 self.close()
         self.entries += used
         return False, used
+
+    def _unchanged(self, state: FileState) -> bool:
+        """Whether every directory listed still has the mtime it had when listed."""
+        for did, mtime in self.mtimes.items():
+            if did not in state.dirs:
+                return False
+            try:
+                if os.stat(state.path(did)).st_mtime_ns != mtime:
+                    return False
+            except OSError:
+                return False
+        return True

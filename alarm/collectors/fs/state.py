@@ -10,6 +10,12 @@ a scan of the same file, or a scan after an overflow never count a byte twice.
 - A file created or moved in is *pending* for ``settle`` seconds and counted then, at the
   name it has then: clients write a temporary name and rename it (pip's cache, npm's cacache),
   and the bytes belong to where they land.  A rename inside a tree after that moves no bytes.
+- An inode whose last tracked name went away is an *orphan* for a while, not forgotten: a
+  rename into a directory nobody watches yet (npm's ``mkdir -p`` then ``rename``), or one a
+  scan missed because it listed the target before and the source after it, leaves only the
+  old name's departure to see.  Found again (by device and inode) in the same tree, it carries
+  its count, and a pending one lands on its new name; the engine forgets orphans nobody found
+  (:meth:`FileState.expire_orphans`), and only then is its ledger row deleted.
 - Counting writes the file's ledger row (ledger.py) in the same batch, so what is saved is
   what was counted.
 - A known inode found under a name it did not have (a scan after a restart, an overflow, a
@@ -68,6 +74,14 @@ class Pending:
 
 
 @dataclass(slots=True)
+class Orphan:
+    since: float  # when its last tracked name went
+    gen: int  # the generation then: scans started later have a higher one
+    tree: int  # where it was (-1: a saved row no reconcile found, any tree)
+    moved_out: bool = False  # its name left by a move whose other end we did not see
+
+
+@dataclass(slots=True)
 class Output:
     """What one step produced: write events, ledger rows, counter deltas, problems."""
 
@@ -110,10 +124,12 @@ class FileState:
         self.inodes = InodeTable()
         self.names = U64Map()
         self.pending: dict[int, Pending] = {}
+        self.orphans: dict[int, Orphan] = {}  # oldest first
+        self.now = 0.0  # the time of the step (set by the engine)
         self.saved_dirs: set[tuple[int, int]] = set()
         self.gen = 1
         self._next_dir = 1
-        self._dead_dirs: list[int] = []
+        self._dead_dirs: dict[int, int] = {}  # dir id -> tree, until flush drops its names
         self._paths: dict[int, bytes] = {}
         self._births = Births()
 
@@ -204,24 +220,26 @@ class FileState:
             self.dir_removed(sub)
             if sub.parent < 0 and self.roots[sub.tree] == did:
                 self.roots[sub.tree] = -1
-        self._dead_dirs.extend(gone)
+        self._dead_dirs.update(dict.fromkeys(gone, d.tree))
         self._paths.clear()
 
     def flush(self, out: Output) -> None:
         """Drop the names of directories removed in this step (one pass over the names)."""
         if not self._dead_dirs:
             return
-        dead = np.array(self._dead_dirs, dtype=np.int64)
-        self._dead_dirs.clear()
+        trees = self._dead_dirs
+        dead = np.array(list(trees), dtype=np.int64)
+        self._dead_dirs = {}
         names = self.names
         keys = view(names.keys, np.uint64)
         vals = view(names.vals, np.int64)
         hit = np.flatnonzero((keys > DELETED) & np.isin(vals >> 32, dead))
         rows = (vals[hit] & ROW_MASK).tolist()
+        dirs = (vals[hit] >> 32).tolist()
         del keys, vals
-        for i, row in zip(hit.tolist(), rows, strict=True):
+        for i, row, did in zip(hit.tolist(), rows, dirs, strict=True):
             names.pop_at(i)
-            self._drop_name(row, out)
+            self._drop_name(row, out, trees[did])
 
     # -- names -------------------------------------------------------------------------
     def lookup(self, dir_id: int, name: bytes) -> int:
@@ -236,18 +254,30 @@ class FileState:
         v = self.names.pop(key64((dir_id, name)))
         return -1 if v < 0 else v & ROW_MASK
 
-    def _drop_name(self, row: int, out: Output) -> None:
-        """One name of inode ``row`` is gone; the last one takes the inode with it."""
+    def _drop_name(self, row: int, out: Output, tree: int, moved_out: bool = False) -> None:
+        """One name of inode ``row`` (in ``tree``) is gone; after the last one the inode is
+        an orphan until :meth:`expire_orphans` (a pending one is still counted at ``settle``,
+        at the name it had, unless it is found again first)."""
         inodes = self.inodes
         if not inodes.used[row]:
             return
         inodes.names[row] -= 1
         if inodes.names[row] > 0:
             return
-        if row in self.pending:
-            self._count_pending(row, out)  # it was written here: count what was measured
-        out.ledger[f"f:{inodes.dev[row]}:{inodes.ino[row]}"] = None
-        inodes.remove(row)
+        self.orphans.pop(row, None)  # re-inserted: the dict stays oldest first
+        self.orphans[row] = Orphan(self.now, self.gen, tree, moved_out)
+
+    def expire_orphans(self, before: float, gen: int, out: Output, limit: int) -> None:
+        """Forget orphans that went before ``before`` and generation ``gen`` (nobody found
+        them: deleted, or moved out of the trees), and the oldest beyond ``limit``."""
+        orphans = self.orphans
+        while orphans:
+            row = next(iter(orphans))
+            o = orphans[row]
+            if (o.since > before or o.gen >= gen) and len(orphans) <= limit:
+                break
+            del orphans[row]
+            self._forget(row, out)  # a pending one was written: what was measured counts
 
     # -- counting ----------------------------------------------------------------------
     def _evidence(self, row: int, change: str, pid: int = 0) -> dict[str, Any]:
@@ -334,13 +364,23 @@ class FileState:
                 self._update(row, dir_id, name, st, ts, count, out, pid)
                 return -1
             names.pop_at(i)  # the name now holds another inode: the old one left it
-            self._drop_name(row, out)
+            self._drop_name(row, out, d.tree)
         path = self.entry_path(dir_id, name)
         known = inodes.find(dev, ino)
+        orphan = known >= 0 and known in self.orphans
+        if orphan:
+            o = self.orphans.pop(known)
+            if (o.tree >= 0 and o.tree != d.tree) or (o.moved_out and change == "moved_in"):
+                # It left this tree (or the trees) and came back: moved in, counted as new.
+                self._forget(known, out)
+                known = -1
         if known >= 0 and self._reborn(known, path, st):
             self._renew(known, dir_id, name, path, st, ts, count, out, change, pid)
             return -1
         if known >= 0:
+            p = self.pending.get(known) if orphan else None
+            if p is not None:
+                p.dir, p.name = dir_id, name  # renamed before it settled: it lands here
             had_names = inodes.names[known] > 0
             self._bind(dir_id, name, known)
             if had_names and st.st_nlink > 1 and count:
@@ -364,6 +404,14 @@ class FileState:
             self._bind(dir_id, name, row)
             out.ledger[f"f:{dev}:{ino}"] = ledger_value(st.st_size, m, st.st_mtime_ns)
         return -1
+
+    def _forget(self, row: int, out: Output) -> None:
+        """Inode ``row`` leaves the tracked state (a pending one is counted first)."""
+        if row in self.pending:
+            self._count_pending(row, out)
+        inodes = self.inodes
+        out.ledger[f"f:{inodes.dev[row]}:{inodes.ino[row]}"] = None
+        inodes.remove(row)
 
     def _reborn(self, row: int, path: bytes, st: os.stat_result) -> bool:
         """Whether the file at ``path`` is a new file on inode ``row``'s number: changed, and
@@ -421,7 +469,7 @@ class FileState:
             self.remove_dir(cid, ts, out)  # another directory took the name
         row = self._unbind(parent.id, name)
         if row >= 0:  # a file replaced by a directory
-            self._drop_name(row, out)
+            self._drop_name(row, out, parent.tree)
         known = self.dir_ident.get((st.st_dev, st.st_ino))
         if known is not None and known in self.dirs:
             # Moved here while we were not looking (a scan after an overflow finds it).
@@ -488,8 +536,11 @@ class FileState:
         inodes.counted[row] = m
         out.ledger[f"f:{st.st_dev}:{st.st_ino}"] = ledger_value(size, m, mtime)
 
-    def vanish(self, dir_id: int, name: bytes, ts: float, out: Output, wrote: bool) -> None:
-        """The entry is gone (deleted, or moved out of every tree)."""
+    def vanish(
+        self, dir_id: int, name: bytes, ts: float, out: Output, wrote: bool, moved: bool = False
+    ) -> None:
+        """The entry is gone (deleted, or ``moved`` where we did not see it arrive: out of
+        every tree, or into a directory not watched yet)."""
         d = self.dirs.get(dir_id)
         if d is None:
             return
@@ -508,7 +559,7 @@ class FileState:
             out.events.append(Event(ts, path, 0, path, 1, ev))
             out.counts["deleted_before_measured"] += 1
         if row >= 0:
-            self._drop_name(row, out)
+            self._drop_name(row, out, d.tree, moved)
 
     def move(self, d1: int, n1: bytes, d2: int, n2: bytes, ts: float, out: Output) -> bool:
         """A rename from (d1, n1) to (d2, n2), both in the same tree.  False when the source
@@ -532,7 +583,7 @@ class FileState:
             return False
         target = self._unbind(d2, n2)
         if target >= 0 and target != row:
-            self._drop_name(target, out)
+            self._drop_name(target, out, dst.tree)
         elif target == row:
             self.inodes.names[row] -= 1
         self.names.put(key64((d2, n2)), (d2 << 32) | row, self.gen)
@@ -564,21 +615,21 @@ class FileState:
         ids = np.array(alive, dtype=np.int64)
         hit = np.flatnonzero((keys > DELETED) & (gens < gen) & np.isin(vals >> 32, ids))
         rows = (vals[hit] & ROW_MASK).tolist()
+        dirs = (vals[hit] >> 32).tolist()
         del keys, vals, gens
-        for i, row in zip(hit.tolist(), rows, strict=True):
+        for i, row, did in zip(hit.tolist(), rows, dirs, strict=True):
             names.pop_at(i)
-            self._drop_name(row, out)
+            self._drop_name(row, out, self.dirs[did].tree)
 
     def sweep_saved(self, out: Output) -> None:
         """After the reconcile of every tree: saved files and directories it did not find
-        were deleted while the service was down."""
+        were deleted while the service was down, or renamed while it listed (found later):
+        orphans, like any inode whose names went."""
         inodes = self.inodes
         for row in inodes.rows_with(SAVED):
+            inodes.flags[row] &= ~SAVED
             if inodes.names[row] <= 0:
-                out.ledger[f"f:{inodes.dev[row]}:{inodes.ino[row]}"] = None
-                inodes.remove(row)
-            else:
-                inodes.flags[row] &= ~SAVED
+                self.orphans[row] = Orphan(self.now, self.gen, -1)
         for dev, ino in self.saved_dirs:
             out.ledger[f"d:{dev}:{ino}"] = None
         self.saved_dirs.clear()

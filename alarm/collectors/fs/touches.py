@@ -62,11 +62,12 @@ class Touches:
             if pid:
                 t.pid = pid
 
-    def vanish(self, dir_id: int, name: bytes, ts: float) -> None:
+    def vanish(self, dir_id: int, name: bytes, ts: float, moved: bool = False) -> None:
+        """Deleted, or ``moved`` to where we did not see it arrive."""
         if self.skip(dir_id, name):
             return
         t = self.entries.pop((dir_id, name), None)
-        self.state.vanish(dir_id, name, ts, self.out, wrote=t is not None and t.wrote)
+        self.state.vanish(dir_id, name, ts, self.out, wrote=t is not None and t.wrote, moved=moved)
 
     def move(self, d1: int, n1: bytes, d2: int, n2: bytes, ts: float, pid: int = 0) -> None:
         """A rename seen at both ends.  Between trees it is a move out of one and into the
@@ -75,7 +76,7 @@ class Touches:
         a, b = state.dirs.get(d1), state.dirs.get(d2)
         if a is None or b is None or a.tree != b.tree:
             if a is not None:
-                self.vanish(d1, n1, ts)
+                self.vanish(d1, n1, ts, moved=True)
             if b is not None:
                 self.touch(d2, n2, ts, change="moved_in", pid=pid)
             return

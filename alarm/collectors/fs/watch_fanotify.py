@@ -124,7 +124,7 @@ class FanotifyWatch:
                     if a >= 0 and b >= 0:
                         ops.move(a, name, b, new_name, ts, pid)
                     elif a >= 0:
-                        ops.vanish(a, name, ts)
+                        ops.vanish(a, name, ts, moved=True)
                     elif b >= 0:
                         ops.touch(b, new_name, ts, change="moved_in", pid=pid)
                     continue

@@ -143,7 +143,8 @@ class InotifyWatch:
 
     def _release(self, ops: Touches) -> None:
         for ts, did, name in self._held.values():
-            ops.vanish(did, name, ts)  # moved out of every tree
+            # Moved out of every tree, or into a directory not watched yet (found by its scan).
+            ops.vanish(did, name, ts, moved=True)
         self._held.clear()
 
     def check_ignored(

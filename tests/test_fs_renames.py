@@ -1,0 +1,147 @@
+"""A file renamed back and forth while a scan lists its tree: poll rounds, the reconcile after
+a restart, the reconcile after a queue overflow.  A scan lists one directory at a time, so it
+can miss a file renamed from a directory it has not listed into one it has; the file must
+never count as deleted and new.  The renamer is another process, in a tight loop, so renames
+land between any two listings; the file is never written, so every byte counted after the
+first count is a double count."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.test_fs_kit import (
+    Recorder,
+    collector,
+    need_root,
+    quiesce,
+    running,
+    settings,
+    tree_bytes,
+    write,
+)
+from tests.test_fs_overflow import Sysctl
+
+MIB = 1 << 20
+
+RENAMER = r"""
+import os, sys, time
+a, b, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+n = 0
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    os.rename(a, b)
+    os.rename(b, a)
+    n += 2
+print(n)
+"""
+
+
+def make_tree(tree: Path, bulk: int = 0) -> tuple[Path, Path]:
+    """Two directories two levels down (``a/x``, ``b/y``: a scan registers one's directory
+    only when it lists its parent), a 1 MiB file in the first, and ``bulk`` empty files
+    that make a scan take a while."""
+    (tree / "a" / "x").mkdir(parents=True)
+    (tree / "b" / "y").mkdir(parents=True)
+    if bulk:
+        (tree / "bulk").mkdir()
+        for i in range(bulk):
+            (tree / "bulk" / f"e{i}").touch()
+    return tree / "a" / "x" / "blob", tree / "b" / "y" / "blob"
+
+
+@contextlib.contextmanager
+def renaming(a: Path, b: Path, seconds: float) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RENAMER, str(a), str(b), str(seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield proc
+    finally:
+        proc.wait(timeout=seconds + 30)
+
+
+async def finish(proc: subprocess.Popen[str]) -> int:
+    out, _ = await asyncio.to_thread(proc.communicate)
+    assert proc.returncode == 0
+    return int(out)
+
+
+async def test_poll_rounds_never_count_a_file_renamed_while_they_list(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    a, b = make_tree(tree)
+    rec = Recorder()
+    c = collector(settings([str(tree)], mode="poll", poll_interval=0.05, settle=0.05), rec)
+    async with running(c, rec):
+        write(a, os.urandom(MIB))
+        await quiesce(c)
+        assert rec.bytes_under(str(tree)) == MIB
+        rounds = rec.counts["scans_completed"]
+        with renaming(a, b, 4.0) as proc:
+            renames = await finish(proc)
+        await quiesce(c)
+    assert renames > 1000
+    assert rec.counts["scans_completed"] - rounds > 50, "rounds ran while it was renamed"
+    assert rec.bytes_under(str(tree)) == MIB == tree_bytes(str(tree))
+    assert rec.counts["files_created"] == 1
+    assert len([k for k in rec.ledger if k.startswith("f:")]) == 1
+
+
+async def test_a_restart_reconcile_never_counts_a_file_renamed_while_it_lists(
+    tmp_path: Path,
+) -> None:
+    tree = tmp_path / "tree"
+    a, b = make_tree(tree, bulk=30_000)
+    cfg = settings([str(tree)], mode="inotify", settle=0.05)
+    rec = Recorder()
+    c = collector(cfg, rec)
+    async with running(c, rec):
+        write(a, os.urandom(MIB))
+        await quiesce(c)
+    assert rec.bytes_under(str(tree)) == MIB
+    for attempt in range(3):  # each restart reconciles while the renamer runs
+        with renaming(a, b, 3.0) as proc:
+            await asyncio.sleep(0.2)
+            c = collector(cfg, rec)
+            async with running(c, rec):
+                renames = await finish(proc)
+                await quiesce(c)
+        assert renames > 1000
+        assert rec.bytes_under(str(tree)) == MIB, f"restart {attempt}"
+    assert rec.counts["files_created"] == 1
+    assert len([k for k in rec.ledger if k.startswith("f:")]) == 30_001
+
+
+async def test_an_overflow_reconcile_never_counts_a_file_renamed_while_it_lists(
+    tmp_path: Path,
+) -> None:
+    need_root("writing /proc/sys/fs/inotify/max_queued_events")
+    tree = tmp_path / "tree"
+    a, b = make_tree(tree, bulk=2_000)
+    rec = Recorder()
+    c = collector(settings([str(tree)], mode="inotify", settle=0.05), rec)
+    # A queue of 2 events for this collector's group: the renamer overflows it at once and
+    # over and over, and every overflow is a reconcile scan racing with the renames.
+    with Sysctl("/proc/sys/fs/inotify/max_queued_events", 2):
+        ctx = running(c, rec)
+        await ctx.__aenter__()
+    try:
+        write(a, os.urandom(MIB))
+        await quiesce(c)
+        assert rec.bytes_under(str(tree)) == MIB
+        with renaming(a, b, 4.0) as proc:
+            renames = await finish(proc)
+        await quiesce(c, timeout=60)
+    finally:
+        await ctx.__aexit__(None, None, None)
+    assert renames > 1000
+    assert rec.counts["queue_overflows"] >= 3
+    assert rec.bytes_under(str(tree)) == MIB
+    assert rec.counts["files_created"] == 1
