@@ -138,6 +138,55 @@ async def test_a_new_file_on_the_inode_number_of_one_deleted_while_down_counts_i
     )
 
 
+async def test_hard_links_across_five_restarts_are_no_new_events(space) -> None:
+    # pnpm stores, uv caches, `cp -al` trees: many names per inode.  Names are not saved, so
+    # each restart finds them all again; only a link made since counts (0 bytes, one event).
+    mode, tree, _ = space
+    cfg = settings([str(tree)], mode=mode, settle=0.05)
+    rec = Recorder()
+    c = collector(cfg, rec)
+    async with running(c, rec):
+        (tree / "store").mkdir()
+        for i in range(200):
+            write(tree / "store" / f"f{i}", os.urandom(100 + i))
+        await quiesce(c)
+        # Linked while watched: 9 more names each, in directories of their own.
+        for k in range(9):
+            (tree / f"copy{k}").mkdir()
+            for i in range(200):
+                os.link(tree / "store" / f"f{i}", tree / f"copy{k}" / f"f{i}")
+        await quiesce(c)
+    assert rec.counts["hard_links"] == 9 * 200
+    written = rec.bytes_under(str(tree))
+    (tree / "before").mkdir()  # present at the first start: linked there too
+    for i in range(50):
+        os.link(tree / "store" / f"f{i}", tree / "before" / f"f{i}")
+    events = len(rec.events)
+    for restart in range(5):
+        c = collector(cfg, rec)
+        async with running(c, rec):
+            await quiesce(c)
+        new = rec.events[events:]
+        if restart == 0:  # the links made while it was down: one event each, no bytes
+            assert len([e for e in new if e.evidence["change"] == "hard_link"]) == 50
+            assert len(new) == 51  # and the directory they are in
+        else:
+            assert new == [], f"restart {restart}: {len(new)} phantom events"
+        events = len(rec.events)
+    assert rec.bytes_under(str(tree)) == written == sum(100 + i for i in range(200))
+    # One more link while down, one event; one name fewer, none.
+    os.link(tree / "store" / "f0", tree / "store" / "f0-again")
+    os.unlink(tree / "copy0" / "f1")
+    c = collector(cfg, rec)
+    async with running(c, rec):
+        await quiesce(c)
+    # (Which of f0's names is the new one a scan cannot tell: the event names one of them.)
+    (link,) = rec.events[events:]
+    st = os.lstat(tree / "store" / "f0")
+    assert link.evidence["change"] == "hard_link" and link.nbytes == 0
+    assert link.evidence["dev_ino"] == f"{st.st_dev}:{st.st_ino}"
+
+
 async def test_a_batch_that_failed_to_apply_is_sent_again(tmp_path: Path) -> None:
     rec = Recorder()
     c = collector(settings([str(tmp_path)], mode="inotify", settle=0.05), rec)

@@ -128,8 +128,8 @@ class Engine:
         self.receipts = ReceiptBudget(
             cfg.receipts.sha256_budget_bytes, cfg.receipts.sha256_max_files, tick
         )
-        # The saved snapshot until open(): columns dev, ino, size, counted, mtime.
-        self.saved_rows = tuple(array("q") for _ in range(5))
+        # The saved snapshot until open(): columns dev, ino, size, counted, mtime, names.
+        self.saved_rows = tuple(array("q") for _ in range(6))
         self.saved_dirs: set[tuple[int, int]] = set()
         self.awaiting_sweep: set[int] = set()  # trees whose restart reconcile is not done
         self.watermark = 0.0
@@ -156,10 +156,9 @@ class Engine:
                 kind, dev, ino = key.split(":")
                 ident = (int(dev), int(ino))
                 if kind == "f":
-                    size, counted, mtime = parse_ledger_value(value)
-                    for col, v in zip(
-                        self.saved_rows, (ident[0], ident[1], size, counted, mtime), strict=True
-                    ):
+                    size, counted, mtime, names = parse_ledger_value(value)
+                    values = (ident[0], ident[1], size, counted, mtime, names)
+                    for col, v in zip(self.saved_rows, values, strict=True):
                         col.append(v)
                 elif kind == "d":
                     self.saved_dirs.add(ident)
@@ -206,12 +205,12 @@ class Engine:
             out.counts["devices_renumbered"] += len(remap)
         state = self.state
         state.saved_dirs = {(remap.get(d, d), i) for d, i in self.saved_dirs}
-        devs, inos, sizes, counted, mtimes = self.saved_rows
+        devs, inos, sizes, counted, mtimes, names = self.saved_rows
         if remap:
             for i, d in enumerate(devs):
                 devs[i] = remap.get(d, d)
-        state.load_saved(devs, inos, sizes, counted, mtimes)
-        self.saved_rows = tuple(array("q") for _ in range(5))
+        state.load_saved(devs, inos, sizes, counted, mtimes, names)
+        self.saved_rows = tuple(array("q") for _ in range(6))
         self.saved_dirs = set()
         for tree, st in zip(self.trees, stats, strict=True):
             saved = saved_trees.get(os.fsdecode(tree.path))

@@ -127,6 +127,9 @@ class FileState:
         self.orphans: dict[int, Orphan] = {}  # oldest first
         self.now = 0.0  # the time of the step (set by the engine)
         self.saved_dirs: set[tuple[int, int]] = set()
+        # Saved inodes with more than one name: how many, until the restart reconcile is
+        # done (the names it finds up to that many are the names they had, not new links).
+        self.saved_names: dict[int, int] = {}
         self.gen = 1
         self._next_dir = 1
         self._dead_dirs: dict[int, int] = {}  # dir id -> tree, until flush drops its names
@@ -263,6 +266,8 @@ class FileState:
             return
         inodes.names[row] -= 1
         if inodes.names[row] > 0:
+            if not inodes.flags[row] & PENDING:
+                self._save_row(row, out)  # one name fewer to expect after a restart
             return
         self.orphans.pop(row, None)  # re-inserted: the dict stays oldest first
         self.orphans[row] = Orphan(self.now, self.gen, tree, moved_out)
@@ -307,9 +312,7 @@ class FileState:
             ev["sparse_data"] = m
         out.events.append(Event(p.ts, path, m, path, 1, ev))
         out.counts["files_created"] += 1
-        out.ledger[f"f:{inodes.dev[row]}:{inodes.ino[row]}"] = ledger_value(
-            inodes.size[row], m, inodes.mtime[row]
-        )
+        self._save_row(row, out)
 
     def settle_due(self, now: float, out: Output) -> None:
         """Count pending files whose ``settle`` has passed (oldest first), and the oldest
@@ -383,13 +386,17 @@ class FileState:
                 p.dir, p.name = dir_id, name  # renamed before it settled: it lands here
             had_names = inodes.names[known] > 0
             self._bind(dir_id, name, known)
-            if had_names and st.st_nlink > 1 and count:
-                # A hard link: its bytes were counted under the first name.
-                out.counts["hard_links"] += 1
-                spath = os.fsdecode(path)
-                out.events.append(
-                    Event(ts, spath, 0, spath, 1, self._evidence(known, "hard_link", pid))
-                )
+            names = inodes.names[known]
+            if had_names and names > self.saved_names.get(known, 1):
+                if st.st_nlink > 1 and count:
+                    # A hard link: its bytes were counted under the first name.
+                    out.counts["hard_links"] += 1
+                    spath = os.fsdecode(path)
+                    out.events.append(
+                        Event(ts, spath, 0, spath, 1, self._evidence(known, "hard_link", pid))
+                    )
+                if not inodes.flags[known] & PENDING:
+                    self._save_row(known, out)  # one name more to expect after a restart
             self._update(known, dir_id, name, st, ts, count, out, pid)
             return -1
         m, _sparse = measure(path, st)
@@ -402,8 +409,15 @@ class FileState:
         else:
             row = inodes.add(dev, ino, st.st_size, m, m, st.st_mtime_ns, 0)
             self._bind(dir_id, name, row)
-            out.ledger[f"f:{dev}:{ino}"] = ledger_value(st.st_size, m, st.st_mtime_ns)
+            self._save_row(row, out)
         return -1
+
+    def _save_row(self, row: int, out: Output) -> None:
+        """The ledger row of a counted inode, as the table has it."""
+        inodes = self.inodes
+        out.ledger[f"f:{inodes.dev[row]}:{inodes.ino[row]}"] = ledger_value(
+            inodes.size[row], inodes.counted[row], inodes.mtime[row], inodes.names[row]
+        )
 
     def _forget(self, row: int, out: Output) -> None:
         """Inode ``row`` leaves the tracked state (a pending one is counted first)."""
@@ -412,6 +426,7 @@ class FileState:
         inodes = self.inodes
         out.ledger[f"f:{inodes.dev[row]}:{inodes.ino[row]}"] = None
         inodes.remove(row)
+        self.saved_names.pop(row, None)
 
     def _reborn(self, row: int, path: bytes, st: os.stat_result) -> bool:
         """Whether the file at ``path`` is a new file on inode ``row``'s number: changed, and
@@ -443,6 +458,7 @@ class FileState:
         if row in self.pending:
             self._count_pending(row, out)
         out.counts["inodes_reused"] += 1
+        self.saved_names.pop(row, None)  # the names the old file had are not this one's
         m, _sparse = measure(path, st)
         inodes.size[row], inodes.mtime[row], inodes.measure[row] = st.st_size, st.st_mtime_ns, m
         inodes.flags[row] &= ~SAVED
@@ -455,7 +471,7 @@ class FileState:
                 self._count_pending(row, out)
         else:
             inodes.counted[row] = m
-            out.ledger[f"f:{st.st_dev}:{st.st_ino}"] = ledger_value(st.st_size, m, st.st_mtime_ns)
+            self._save_row(row, out)
 
     def _observe_dir(
         self, parent: Dir, name: bytes, st: os.stat_result, ts: float, count: bool, out: Output
@@ -534,7 +550,7 @@ class FileState:
             if size < old_size:
                 out.counts["truncations"] += 1
         inodes.counted[row] = m
-        out.ledger[f"f:{st.st_dev}:{st.st_ino}"] = ledger_value(size, m, mtime)
+        self._save_row(row, out)
 
     def vanish(
         self, dir_id: int, name: bytes, ts: float, out: Output, wrote: bool, moved: bool = False
@@ -633,6 +649,7 @@ class FileState:
         for dev, ino in self.saved_dirs:
             out.ledger[f"d:{dev}:{ino}"] = None
         self.saved_dirs.clear()
+        self.saved_names.clear()
 
     def load_saved(
         self,
@@ -641,9 +658,13 @@ class FileState:
         sizes: Sequence[int],
         counted: Sequence[int],
         mtimes: Sequence[int],
+        names: Sequence[int],
     ) -> None:
         """Inodes from the saved ledger, as columns."""
         inodes = self.inodes
-        for dev, ino, size, c, mtime in zip(devs, inos, sizes, counted, mtimes, strict=True):
+        rows = zip(devs, inos, sizes, counted, mtimes, names, strict=True)
+        for dev, ino, size, c, mtime, n in rows:
             if inodes.find(dev, ino) < 0:
-                inodes.add(dev, ino, size, c, c, mtime, SAVED)
+                row = inodes.add(dev, ino, size, c, c, mtime, SAVED)
+                if n > 1:
+                    self.saved_names[row] = n
