@@ -19,6 +19,7 @@ from tests.test_fs_kit import (
     Recorder,
     collector,
     make_space,
+    mount_tmpfs,
     need_root,
     quiesce,
     running,
@@ -76,6 +77,40 @@ async def test_a_tree_mounted_over_goes_blind_and_the_canary_says_so(
             subprocess.run(["umount", str(tree)], check=True)
         await wait_for(lambda: c.health.blind == "", timeout=10, what="seeing again")
         assert c.health.up
+
+
+@pytest.mark.parametrize("mode", ["inotify", "fanotify", "poll"])
+async def test_a_tree_that_cannot_be_written_is_blind_until_a_canary_can_be_again(
+    tmp_path: Path, request: pytest.FixtureRequest, mode: str
+) -> None:
+    # A canary that cannot be written proves nothing: the source must say it cannot check
+    # (blind, with the reason), keep trying, and see again once the tree can be written.
+    tree = tmp_path / "mnt"
+    mount_tmpfs(tree, request, size="16m")  # chattr +i needs a file system of our own
+    request.addfinalizer(lambda: subprocess.run(["chattr", "-i", str(tree)], check=False))
+    cfg = settings([str(tree)], mode=mode, poll_interval=0.2, settle=0.05, canary=CANARY)
+    rec = Recorder()
+    c = collector(cfg, rec)
+    async with running(c, rec):
+        await wait_for(lambda: c.engine.canaries.live == {}, what="a first canary seen")
+        assert c.health.blind == ""
+        subprocess.run(["chattr", "+i", str(tree)], check=True)
+        reason = f"cannot write a canary in {tree}: Operation not permitted"
+        await wait_for(lambda: c.health.blind == reason, timeout=10, what="blind")
+        assert c.health.up, "blind is not down: the source runs"
+        assert rec.counts["canary_unwritable"] >= 1
+        assert "Operation not permitted" in c.health.last_error
+        await asyncio.sleep(1.0)
+        assert c.health.blind == reason, "still blind while it cannot write"
+        written = rec.counts["canary_unwritable"]
+        assert written >= 3, "tried again every interval"
+        subprocess.run(["chattr", "-i", str(tree)], check=True)
+        await wait_for(lambda: c.health.blind == "", timeout=10, what="seeing again")
+        await asyncio.sleep(1.0)  # canaries written and seen again
+        assert c.health.blind == "" and rec.counts["canary_missed"] == 0
+        write(tree / "after", os.urandom(999))
+        await quiesce(c)
+    assert rec.bytes_under(str(tree)) == 999 == tree_bytes(str(tree))
 
 
 async def test_a_deleted_tree_is_missing_and_counted_again_when_recreated(space) -> None:

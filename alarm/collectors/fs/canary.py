@@ -1,7 +1,8 @@
 """Proof of sight: a tiny file written into each writable tree every ``interval``, which the
 watcher must report within ``deadline``.  A canary not seen in time means the tree's watch is
 not working (a dead inotify instance, a file system remounted under it, a poll that stopped):
-the source counts ``canary_missed`` and reports itself down until a later canary is seen.
+the source counts ``canary_missed`` and is blind until a later canary is seen; a tree no canary
+can be written into is blind too (``canary_unwritable``), until one can.
 
 A canary has a fresh random name each round (``.capalarm-canary-<16 hex>``) and is removed once
 seen, so a workload cannot hide writes in it: only names this process wrote are skipped, and
@@ -37,7 +38,6 @@ class Canaries:
         self._recent: deque[bytes] = deque(maxlen=RECENT)
         self._recent_set: set[bytes] = set()
         self.next_at = 0.0
-        self.unwritable: set[int] = set()
 
     def is_ours(self, name: bytes) -> bool:
         return name.startswith(PREFIX) and name in self._recent_set
@@ -49,7 +49,8 @@ class Canaries:
         self._recent_set.add(name)
 
     def write(self, tree: int, root: bytes, now: float) -> str | None:
-        """Write a canary into ``root``; an error message when the tree is not writable."""
+        """Write a canary into ``root``; the reason when it cannot be (the tree is not
+        writable now; the engine tries again next interval)."""
         name = PREFIX + secrets.token_hex(8).encode()
         self._remember(name)
         try:
@@ -59,7 +60,7 @@ class Canaries:
                 0o600,
             )
         except OSError as exc:
-            return f"cannot write a canary: {exc.strerror}"
+            return exc.strerror or str(exc)
         try:
             os.write(fd, CONTENT)
         finally:

@@ -634,12 +634,16 @@ class Engine:
         canaries.next_at = now + canaries.interval
         for tree in self.trees:
             root = self.state.roots[tree.index]
-            if root < 0 or tree.index in canaries.unwritable or tree.initial is not None:
+            if root < 0 or tree.initial is not None:
                 continue
             err = canaries.write(tree.index, tree.path, now)
-            if err is not None:
-                canaries.unwritable.add(tree.index)
-                out.problems.append(f"no canary for {show(tree.path)}: {err}")
+            if err is None:
+                tree.blind.pop("canary_write", None)
+                continue
+            # A tree no canary can be written into (read-only, immutable, full) gives no
+            # proof of sight: blind, saying why, and tried again every interval.
+            out.problem("canary_unwritable", f"no canary for {show(tree.path)}: {err}")
+            tree.blind["canary_write"] = f"cannot write a canary in {show(tree.path)}: {err}"
 
     # -- the step ----------------------------------------------------------------------
     def step(self, now: float) -> StepResult:

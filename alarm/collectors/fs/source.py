@@ -185,6 +185,7 @@ COUNTERS: dict[str, str] = {
     "watch_lost": "Watches that went away while their directory stayed (unmount, a reader that died): re-watched and rescanned.",
     "tree_missing": "Watched trees that were missing, replaced or not a directory.",
     "canary_missed": "Canaries the watcher did not report within the deadline.",
+    "canary_unwritable": "Canary rounds in which a tree could not be written (blind there until it can).",
     "deleted_before_measured": "Entries deleted before they could be measured (counted as last known, flagged).",
     "files_created": "Files created or moved into a tree, counted.",
     "dirs_created": "Directories created or moved into a tree.",
