@@ -47,6 +47,30 @@ class Subjects(Protocol):
 
     def evidence(self, i: int) -> dict[str, Any] | None: ...
 
+    # Optional: ``contributor_table() -> ContributorTable | None``, the subjects' contributors
+    # in bulk (the pipeline asks every subject otherwise).
+
+
+class ContributorTable(Protocol):
+    """The distinct contributors of one batch's subjects, by index, named only when asked:
+    the pipeline sums what each wrote in numpy and names the few that a bounded heavy-hitter
+    summary can keep (alarm/surfaces.py ``HeavyHitters.add_batch``)."""
+
+    # Per subject, the index of its contributor (-1: it names none); subjects of one name
+    # share an index.
+    of_subject: np.ndarray
+    count: int  # indexes are 0 .. count - 1
+    # Index -> the receipt of its latest subject that carries one; None: none does.
+    evidence: dict[int, dict[str, Any]] | None
+
+    def names(self, ids: Sequence[int]) -> list[str]:
+        """The contributor name (``Subjects.contributor``) of each index."""
+        ...
+
+    def find(self, names: Sequence[str]) -> np.ndarray:
+        """The index of each name in this batch (-1: not in it)."""
+        ...
+
 
 @dataclass(slots=True)
 class KeyedSubjects:

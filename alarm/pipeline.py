@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,7 @@ from alarm.eventtime import EventClock
 from alarm.history import History, HistoryRequest, attention_order
 from alarm.settings import UNCLASSIFIED
 from alarm.snapshot import Snapshot, SourceView, SurfaceView
-from alarm.surfaces import StagedCredits, SurfaceKey, SurfaceTable
+from alarm.surfaces import StagedCredits, SurfaceKey, SurfaceTable, contributor_table
 
 # Source counters the source alarms judge, tick by tick.
 JUDGED = ("records_lost", "records_lost_unknown", "forged_records")
@@ -198,55 +199,57 @@ class Pipeline:
         nbytes: np.ndarray,
         capacity: np.ndarray,
     ) -> None:
-        """What each subject wrote, tick by tick and surface by surface, staged in the tick
-        its events count in (credited as evidence when that tick is evaluated)."""
-        n = len(ev.subjects)
-        if not any(ev.subjects.contributor(i) for i in range(n)):
-            # No subject names a contributor (write events replayed without one): there is
-            # nothing to credit, and grouping a backlog's cells by tick and surface to find
-            # that out cost more than the rest of the batch.
+        """What each contributor wrote, tick by tick and surface by surface, staged in the tick
+        its events count in (credited as evidence when that tick is evaluated), and added to
+        the surfaces' totals.
+
+        Summed in numpy per (tick, surface, contributor); only the contributors that can stay
+        in a bounded heavy-hitter summary reach Python (HeavyHitters.add_batch): a Python
+        step per (tick, flow) cell was most of a backtest's CPU, and grew with the flows."""
+        contributors = contributor_table(ev.subjects)
+        if contributors is None:
+            # No subject names a contributor (write events replayed without one): nothing to
+            # credit.
             return
+        cid = contributors.of_subject[ev.subject]
+        rows = subject_rows[ev.subject]
+        keep = (cid >= 0) & (rows >= 0)
+        if not keep.all():
+            cid, rows, ticks = cid[keep], rows[keep], ticks[keep]
+            nbytes, capacity = nbytes[keep], capacity[keep]
+        if not len(cid):
+            return
+        n_c = contributors.count
+        # One key per (tick, row, contributor), ordered that way: (row, contributor) pairs
+        # made dense first, so the key stays far inside int64 whatever the table's size.
+        pairs, pair = np.unique(rows * n_c + cid, return_inverse=True)
         first = int(ticks.min())
-        # Live, a batch is within one tick; a backlog or a replay spans many.
-        one_tick = int(ticks.max()) == first
-        key = ev.subject if one_tick else (ticks - first) * n + ev.subject
-        cells, inverse = np.unique(key, return_inverse=True)
+        cells, inverse = np.unique((ticks - first) * len(pairs) + pair, return_inverse=True)
         wrote = np.bincount(inverse, weights=nbytes, minlength=len(cells))
         carried = np.bincount(inverse, weights=capacity, minlength=len(cells))
-        subject = cells % n
-        rows = subject_rows[subject]
-        keep = np.flatnonzero(((wrote > 0) | (carried > 0)) & (rows >= 0))
-        if not len(keep):
+        held = np.flatnonzero((wrote > 0) | (carried > 0))
+        if not len(held):
             return
-        tick = cells[keep] // n + first
-        rows, subject, amounts = rows[keep], subject[keep], wrote[keep].astype(np.int64)
-        # Cells are sorted by (tick, subject): group them by (tick, row).
-        order = np.lexsort((rows, tick))
-        tick, rows, subject, amounts = tick[order], rows[order], subject[order], amounts[order]
-        cuts = np.flatnonzero((np.diff(tick) != 0) | (np.diff(rows) != 0)) + 1
-        subjects = ev.subjects
-        k = self.table.heavy_hitters
-        for group in np.split(np.arange(len(rows)), cuts):
-            names = [subjects.contributor(i) for i in subject[group].tolist()]
-            receipts = [subjects.evidence(i) for i in subject[group].tolist()]
-            amt = amounts[group].tolist()
-            if not all(names):
-                keep_named = [j for j, name in enumerate(names) if name]
-                names = [names[j] for j in keep_named]
-                receipts = [receipts[j] for j in keep_named]
-                amt = [amt[j] for j in keep_named]
-            if not names:
-                continue
-            self.table.credit_totals(int(rows[group[0]]), names, amt)
-            cells_of_tick = self.clock.staged(int(tick[group[0]]))
+        cells, amounts = cells[held], wrote[held].astype(np.int64)
+        tick, dense = cells // len(pairs) + first, cells % len(pairs)
+        row, cid = pairs[dense] // n_c, pairs[dense] % n_c
+        table = self.table
+        # The surfaces' totals: per (row, contributor) over the whole batch.
+        summed = np.bincount(dense, weights=amounts, minlength=len(pairs)).astype(np.int64)
+        present = np.bincount(dense, minlength=len(pairs)) > 0
+        totals, summed = pairs[present], summed[present]
+        total_rows = totals // n_c
+        for lo, hi in _runs(total_rows):
+            table.credit_totals_batch(
+                int(total_rows[lo]), totals[lo:hi] % n_c, summed[lo:hi], contributors
+            )
+        # The ticks' evidence: per (tick, row); cells are sorted by (tick, row, contributor).
+        k = table.heavy_hitters
+        for lo, hi in _runs(tick, row):
+            cells_of_tick = self.clock.staged(int(tick[lo]))
             if cells_of_tick.credits is None:
                 cells_of_tick.credits = StagedCredits(k)
-            cells_of_tick.credits.add(
-                int(rows[group[0]]),
-                names,
-                amt,
-                receipts if any(r is not None for r in receipts) else None,
-            )
+            cells_of_tick.credits.add_batch(int(row[lo]), cid[lo:hi], amounts[lo:hi], contributors)
 
     # -- evaluating ticks ----------------------------------------------------------------
     def closable_end(self, now: float, health: Mapping[str, SourceHealth]) -> float:
@@ -541,6 +544,16 @@ def _surface_view(
         },
         **det.members_shift_of(row),
     )
+
+
+def _runs(*columns: np.ndarray) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` of each run of equal values (in every column at once)."""
+    size = len(columns[0])
+    change = np.zeros(max(size - 1, 0), dtype=bool)
+    for column in columns:
+        change |= column[1:] != column[:-1]
+    cuts = [0, *(np.flatnonzero(change) + 1).tolist(), size]
+    return pairwise(cuts)
 
 
 def _copy_health(h: SourceHealth) -> SourceHealth:

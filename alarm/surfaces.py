@@ -10,11 +10,13 @@ metric labels.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from itertools import compress, repeat
 from typing import Any
 
 import numpy as np
 
+from alarm.events import ContributorTable, Subjects
 from alarm.sanitize import sanitize
 from alarm.settings import UNCLASSIFIED
 
@@ -64,6 +66,49 @@ class HeavyHitters:
         if len(counts) > 2 * self._k:
             self._prune()
 
+    def add_batch(
+        self, ids: np.ndarray, amounts: np.ndarray, contributors: ContributorTable
+    ) -> list[str]:
+        """``add_many`` of contributor ``ids[j]`` (distinct, ascending) with ``amounts[j]``,
+        naming only what can be kept.  Returns the names it added to (for their receipts).
+
+        The counts and ``error`` are those ``add_many`` of every pair gives, but for ties at
+        the k-th place: past 2k keys the prune keeps the k largest of (held + batch), so a
+        name not held yet is kept only if its amount is among the k largest of the batch's
+        new names, and the k+1 largest of those bound all else dropped (each of them counts at
+        least as much, and one of them is dropped).  So a batch of 20,000 flows names k+1 of
+        them and finds the ≤ 2k held ones, instead of naming 20,000."""
+        counts = self._counts
+        k = self._k
+        m = len(ids)
+        if not m:
+            return []
+        if m <= len(counts) + k + 1:
+            # Naming the batch costs no more than finding what is held: add_many itself.
+            batch = [bounded_name(c) for c in contributors.names(ids)]
+            self.add_many(batch, amounts.tolist())
+            return batch
+        held = list(counts)
+        at = contributors.find(held) if held else np.zeros(0, dtype=np.int64)
+        j = np.minimum(np.searchsorted(ids, at), m - 1)
+        present = (at >= 0) & (ids[j] == at)
+        fresh = np.ones(m, dtype=bool)
+        fresh[j[present]] = False
+        new = np.flatnonzero(fresh)
+        pruned = len(held) + len(new) > 2 * k  # as add_many would find, whatever is named
+        if pruned and len(new) > k + 1:
+            new = new[np.argpartition(amounts[new], len(new) - (k + 1))[-(k + 1) :]]
+        added = list(compress(held, present.tolist()))
+        for name, amount in zip(added, amounts[j[present]].tolist(), strict=True):
+            counts[name] += amount
+        batch = [bounded_name(c) for c in contributors.names(ids[new])]
+        get = counts.get
+        for name, amount in zip(batch, amounts[new].tolist(), strict=True):
+            counts[name] = get(name, 0) + amount  # two keys of one name add up (FlowContributors)
+        if pruned:
+            self._prune()
+        return added + batch
+
     def _prune(self) -> None:
         keep = heapq.nlargest(self._k, self._counts.items(), key=lambda kv: kv[1])
         kept = dict(keep)
@@ -86,6 +131,47 @@ class HeavyHitters:
     def load_state(self, state: dict) -> None:
         self._counts = {str(k): int(v) for k, v in state.get("counts", [])}
         self.error = int(state.get("error", 0))
+
+
+class NamedContributors:
+    """A ContributorTable of subjects that only name themselves one by one (``contributor``,
+    ``evidence``): every name is made once per batch, then found by dict."""
+
+    __slots__ = ("_names", "count", "evidence", "lookup", "of_subject")
+
+    def __init__(self, subjects: Subjects):
+        n = len(subjects)
+        given = [bounded_name(subjects.contributor(i)) for i in range(n)]
+        self._names = [c for c in dict.fromkeys(given) if c]  # distinct, by first subject
+        self.count = len(self._names)
+        self.lookup = dict(zip(self._names, range(self.count), strict=True))
+        self.of_subject = np.fromiter(
+            map(self.lookup.get, given, repeat(-1)), dtype=np.int64, count=n
+        )
+        self.evidence: dict[int, dict[str, Any]] | None = None
+        for i, c in enumerate(self.of_subject.tolist()):
+            receipt = subjects.evidence(i)
+            if receipt is not None and c >= 0:  # the latest subject's: a subject's is its latest
+                if self.evidence is None:
+                    self.evidence = {}
+                self.evidence[c] = receipt
+
+    def names(self, ids: Sequence[int]) -> list[str]:
+        return [self._names[i] for i in np.asarray(ids).tolist()]
+
+    def find(self, names: Sequence[str]) -> np.ndarray:
+        get = self.lookup.get
+        return np.fromiter(map(get, names, repeat(-1)), dtype=np.int64, count=len(names))
+
+
+def contributor_table(subjects: Subjects) -> ContributorTable | None:
+    """The contributors of a batch's subjects, in bulk where the subjects offer it
+    (``contributor_table``), else named one by one; None when no subject names one."""
+    bulk = getattr(subjects, "contributor_table", None)
+    table = bulk() if bulk is not None else None
+    if table is None:
+        table = NamedContributors(subjects)
+    return table if table.count else None
 
 
 def bounded_receipt(evidence: dict[str, Any]) -> dict[str, Any]:
@@ -136,6 +222,23 @@ class StagedCredits:
             for contributor, receipt in zip(contributors, evidence, strict=True):
                 if receipt is not None:
                     receipts[bounded_name(contributor)] = receipt
+            self.receipts[row] = bounded_receipts(receipts, hitters, self._k)
+
+    def add_batch(
+        self, row: int, ids: np.ndarray, amounts: np.ndarray, contributors: ContributorTable
+    ) -> None:
+        """``add`` in bulk (HeavyHitters.add_batch), with the receipts of those added."""
+        hitters = self.hitters.get(row)
+        if hitters is None:
+            hitters = self.hitters[row] = HeavyHitters(self._k)
+        added = hitters.add_batch(ids, amounts, contributors)
+        evidence = contributors.evidence
+        if evidence:
+            receipts = self.receipts.setdefault(row, {})
+            for contributor, index in zip(added, contributors.find(added).tolist(), strict=True):
+                receipt = evidence.get(index)
+                if receipt is not None:
+                    receipts[contributor] = receipt
             self.receipts[row] = bounded_receipts(receipts, hitters, self._k)
 
     def merge(self, other: StagedCredits) -> StagedCredits:
@@ -189,6 +292,12 @@ class SurfaceTable:
         """Bytes to the contributors of a surface's totals, as soon as they are counted (the
         totals are too)."""
         self.hitters[row].add_many(contributors, amounts)
+
+    def credit_totals_batch(
+        self, row: int, ids: np.ndarray, amounts: np.ndarray, contributors: ContributorTable
+    ) -> None:
+        """``credit_totals`` in bulk (HeavyHitters.add_batch)."""
+        self.hitters[row].add_batch(ids, amounts, contributors)
 
     def credit_staged(self, staged: StagedCredits) -> None:
         """What one tick's writers wrote, to the surfaces' recent contributors (the evidence
