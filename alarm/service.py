@@ -466,16 +466,25 @@ class Service:
 
     async def _restart_sources(self, config: Config) -> None:
         wanted = {s.name: s for s in config.sources}
+        stopped = False
         for name in list(self.sources):
             rs = self.sources[name]
             keep = name in self._given or wanted.get(name) == rs.settings
             if keep and name in self.pipeline.sources:
                 continue
             del self.sources[name]
+            stopped = True
             if rs.task is not None:
                 rs.task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await rs.task
+        if stopped:
+            # A rebuilt source starts from its saved position and ledger rows.  A stopped
+            # source's last batches may still be applying on the pipeline thread (a cancelled
+            # emit does not stop it) and their rows are not saved until a tick closes: the new
+            # source would find those files unknown and count them again.  Queued behind them
+            # on the same thread, save everything before any new source reads it.
+            await self._on_pipeline(self._record_and_save, [])
         for name in self.pipeline.sources:
             if name in self.sources:
                 continue

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ import pytest
 import yaml
 
 import alarm.detector.engine
+from alarm.config import config_from_dict
 from alarm.service import Service
 from tests.fakes.server import free_port
 from tests.servicekit import get, metric, running_service, wait_for
@@ -289,6 +291,51 @@ async def test_surface_blind_fires_when_the_tree_cannot_be_seen_and_resolves_whe
 
         # What was written once the tree was back counts (and nothing from before it).
         await wait_for(counted, 20)
+
+
+async def test_reloads_that_rebuild_the_fs_source_count_every_byte_once(tmp_path: Path) -> None:
+    # A reload that changes an fs source stops it and builds a new one from what is saved;
+    # the old one's last batches (their positions and ledger rows) must be saved before the
+    # new one reads them, or it finds their files unknown and counts them again.
+    scratch, cache = tmp_path / "scratch", tmp_path / "cache"
+    scratch.mkdir()
+    cache.mkdir()
+    surfaces = surfaces_for(scratch, cache)
+    http = {"http": {"listen": "127.0.0.1:0"}}
+    stop = threading.Event()
+
+    def writer() -> None:
+        i = 0
+        while not stop.is_set():
+            write(scratch / f"w{i}", os.urandom(200 + i % 700))
+            i += 1
+            time.sleep(0.002)
+
+    async with running_service(fs_config(tmp_path, [scratch, cache], surfaces)) as service:
+        await fs_ready(service)
+        thread = threading.Thread(target=writer)
+        thread.start()
+        try:
+            for i in range(40):
+                # Each source lives long enough (longer than settle) to count and emit.
+                settle = "0.05s" if i % 2 else "0.1s"
+                cfg = fs_config(tmp_path, [scratch, cache], surfaces, settle=settle)
+                assert await service.reload(config_from_dict({**http, **cfg}))
+                await asyncio.sleep(0.3)
+        finally:
+            stop.set()
+            thread.join()
+        assert service.reloads == 40
+        expected = tree_bytes(str(scratch))
+
+        async def counted() -> bool:
+            n = (await surface_metrics(service, "scratch"))[0] or 0
+            assert n <= expected, f"counted {n - expected} B more than was written"
+            return n == expected
+
+        await wait_for(counted, 30)
+        await asyncio.sleep(2.0)  # and nothing more comes
+        assert (await surface_metrics(service, "scratch"))[0] == expected
 
 
 def start_capalarm(config: Path, log: Path) -> subprocess.Popen:
