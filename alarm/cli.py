@@ -106,6 +106,7 @@ def _web_config(path: str | None) -> Any:
 
 def cmd_run(args: argparse.Namespace) -> int:
     import asyncio
+
     from alarm.collectors.base import SourceUnavailable
     from alarm.config import ConfigError
     from alarm.service import Service, ServiceError, run_until_signalled
