@@ -167,7 +167,7 @@ def summary(change: dict[str, Any], now: float | None = None) -> str:
     state = change.get("state")
     started = float(change.get("started_at") or change.get("at") or now)
     since = f"since {_clock(started)}"
-    if "surface" in change and "rate_bytes_per_second" in f:
+    if "surface" in change and "rate_bytes_per_second" in f and rule in ("spike", "budget"):
         rate = figure(f, "rate_bytes_per_second") or 0.0
         base = figure(f, "baseline_bytes_per_second") or 0.0
         thr = shown_threshold(change)
@@ -191,6 +191,9 @@ def summary(change: dict[str, Any], now: float | None = None) -> str:
             )
         text = f"{who}: {what}; {since}"
     else:
+        # Every other rule (beacon, duty, drop, drift, dormant, newsurface, members, and the
+        # source rules) in the detector's own words for what it saw, as the backtest and the
+        # log say it: a beacon is not "0 bits over its capacity budget".
         text = f"{sanitize(str(change.get('summary', '')), 400)}; {since}"
     if state == "resolved":
         at = float(change.get("at") or now)
