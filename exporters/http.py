@@ -8,6 +8,11 @@ probe without credentials), responses carry its headers, and the listener speaks
 certificate.  A new TLS setting applies from the next connection on the same listening
 socket (exporters/listener.py): no connection is refused or dropped in between, and open
 connections finish with the setting they started with.
+
+Nothing a request does runs on the default executor, which the sources read with (the file
+tailer, kmsg and journald readers, the fs engine): rendering, compressing and re-reading the
+web config run on the server's own HTTP_THREADS threads, password checks on the auth gate's
+(exporters/webconfig.py), so no number of requests can hold a source back.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import logging
 import math
 import socket
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
@@ -39,6 +45,8 @@ log = logging.getLogger("capalarm.http")
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 # Surfaces /api/v1/surfaces?history=1 carries the history of at most (each ~4 KB of JSON).
 API_HISTORY_LIMIT = 1000
+# Threads of the HTTP side's own (rendering, compression, web config reads).
+HTTP_THREADS = 2
 
 
 def _floats(values: Any) -> list[float | None]:
@@ -196,7 +204,8 @@ class HttpServer:
         self._notifiers = notifiers
         self._recent = recent_changes
         self._ready = ready
-        self.web = WebConfigWatcher(web_config) if web_config is not None else None
+        self._executor = ThreadPoolExecutor(HTTP_THREADS, thread_name_prefix="capalarm-http")
+        self.web = WebConfigWatcher(web_config, self._executor) if web_config is not None else None
         self._tls_key = web_config.tls_key if web_config is not None else None
         self.app = web.Application(middlewares=[self._guard])
         self.app.add_routes(
@@ -256,6 +265,13 @@ class HttpServer:
             self._listener.close()
         if self._runner is not None:
             await self._runner.cleanup()
+        if self.web is not None:
+            self.web.close()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """CPU work of a request, on the HTTP side's threads."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     # -- every request -----------------------------------------------------------------
     @web.middleware
@@ -282,7 +298,14 @@ class HttpServer:
             return web.Response(status=403, text="Forbidden\n", headers=cfg.headers)
         if cfg.users:
             creds = _basic_credentials(request.headers.get("Authorization"))
-            if creds is None or not await w.auth.check(*creds):
+            ok = False if creds is None else await w.auth.verdict(*creds, request.remote or "")
+            if ok is None:  # too many password checks waiting: not checked, try again
+                return web.Response(
+                    status=429,
+                    text="Too Many Requests\n",
+                    headers={**cfg.headers, "Retry-After": "1"},
+                )
+            if not ok:
                 return web.Response(
                     status=401,
                     text="Unauthorized\n",
@@ -304,7 +327,7 @@ class HttpServer:
     # -- endpoints -------------------------------------------------------------------
     async def metrics(self, request: web.Request) -> web.Response:
         snap = await self._snapshot(None)
-        body, ctype = await asyncio.to_thread(
+        body, ctype = await self._off_loop(
             render, snap, list(self._notifiers()), request.headers.get("Accept")
         )
         resp = web.Response(body=body)
@@ -325,7 +348,7 @@ class HttpServer:
         want = q.get("history", "") not in ("", "0", "false")
         names = frozenset(q.getall("surface", [])) or None
         snap = await self._snapshot(HistoryRequest(API_HISTORY_LIMIT, names) if want else None)
-        body = await asyncio.to_thread(surfaces_json, snap)
+        body = await self._off_loop(surfaces_json, snap)
         return web.json_response(body)
 
     async def alerts(self, _: web.Request) -> web.Response:
@@ -339,7 +362,8 @@ class HttpServer:
 
     async def index(self, _: web.Request) -> web.Response:
         snap = await self._snapshot(HistoryRequest(PAGE_SURFACES))
-        page = await asyncio.to_thread(render_page, snap, self._recent(), len(snap.surfaces))
-        resp = web.Response(text=page, content_type="text/html")
+        page = await self._off_loop(render_page, snap, self._recent(), len(snap.surfaces))
+        # aiohttp compresses a large body on an executor: this one's, not the default.
+        resp = web.Response(text=page, content_type="text/html", zlib_executor=self._executor)
         resp.enable_compression()
         return resp

@@ -22,7 +22,10 @@ Followed as the toolkit does: unknown keys are errors (its YAML is read strictly
 once any TLS key is given; a CA without a client-auth policy is an error; with users, a
 request without valid credentials is 401 with ``WWW-Authenticate: Basic``; an unknown user is
 checked against a fixed hash at the users' own bcrypt cost, so timing does not tell which
-users exist; bcrypt results are cached and computed one at a time.  Without
+users exist.  Password checks cannot stall anything else (:class:`AuthGate`): bcrypt runs on
+two threads of its own, at most two checks per client address and sixteen in all may wait
+(more are answered 429 at once), credentials that passed are trusted for five minutes and a
+user and password that failed are refused for a minute without bcrypt.  Without
 ``cipher_suites``, TLS 1.2 offers AEAD suites only (``DEFAULT_CIPHERS``).  Where Python's ``ssl`` cannot do what Go does, the file is
 rejected with the reason rather than served differently: ``RequestClientCert`` and
 ``RequireAnyClientCert`` (they accept unverified client certificates, which the toolkit's own
@@ -38,16 +41,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
+import hmac
 import logging
 import os
 import re
 import ssl
 import tempfile
-import threading
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -62,7 +65,25 @@ from alarm.yamltext import load_yaml
 log = logging.getLogger("capalarm.web")
 
 POLL_SECONDS = 1.0
-AUTH_CACHE = 256  # (user, hash, password digest) -> verdict, as the toolkit caches
+# Password checks (AuthGate, BasicAuth).  bcrypt costs ~60 ms at cost 10 and a flood of wrong
+# passwords must not take the service's threads or the scrapes with it: checks run on their
+# own AUTH_THREADS threads (never the default executor, which the sources read with); at most
+# AUTH_WAITING may wait for one, and at most AUTH_PER_CLIENT of one peer address may be
+# waiting or running; any more is answered 429 at once.
+AUTH_THREADS = 2
+AUTH_WAITING = 16
+AUTH_PER_CLIENT = 2
+# Credentials that passed are trusted AUTH_OK_TTL seconds without bcrypt (a scraper pays
+# bcrypt once every five minutes, not every scrape); after that they are checked again, ahead
+# of credentials never seen to pass.  A user and password that failed are refused for
+# AUTH_FAILED_TTL seconds without bcrypt.  Both tables are bounded, keyed by a keyed hash
+# (HMAC with a key of the process's own, never the password or a plain digest of it), and
+# start empty whenever the web config is applied again.
+AUTH_OK_TTL = 300.0
+AUTH_OK_ENTRIES = 256
+AUTH_FAILED_TTL = 60.0
+AUTH_FAILED_ENTRIES = 4096
+AUTH_REFUSED_LOG_EVERY = 60.0
 # An unknown user is checked against a hash (of "fakepassword") so that it costs as long as a
 # known one; BasicAuth gives it the users' own cost (``dummy_hash``), since a fixed cost 10
 # against users at cost 12 answers unknown names four times faster.
@@ -457,49 +478,209 @@ def dummy_hash(hashes: Iterable[bytes]) -> bytes:
     return b"$2b$%02d$" % cost + DUMMY_HASH[7:]
 
 
-class BasicAuth:
-    """bcrypt checks for one user table, cached and one at a time (each costs ~70 ms at cost
-    10), off the event loop."""
+class AuthBusy(Exception):
+    """A password check refused without running: too many waiting, or from this client."""
 
-    def __init__(self, users: dict[str, bytes]):
+
+class AuthGate:
+    """Where bcrypt runs: ``threads`` threads of its own; at most ``waiting`` checks waiting
+    for one and at most ``per_client`` of one client (peer address) waiting or running.  A
+    check beyond these raises :class:`AuthBusy` at once instead of queueing.  ``first``
+    checks (credentials seen to pass since the web config was applied) go ahead of the others
+    and are not held to the per-client limit, which a flood from the same address would
+    otherwise exhaust.  Used on the event loop only."""
+
+    def __init__(
+        self,
+        threads: int = AUTH_THREADS,
+        waiting: int = AUTH_WAITING,
+        per_client: int = AUTH_PER_CLIENT,
+    ):
+        self.threads = threads
+        self.waiting = waiting
+        self.per_client = per_client
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="capalarm-auth")
+        self._running = 0  # threads taken (a thread is handed on, not given back, to a waiter)
+        self._queues: tuple[deque[asyncio.Future[None]], deque[asyncio.Future[None]]] = (
+            deque(),  # first: credentials that passed before
+            deque(),
+        )
+        self._clients: Counter[str] = Counter()
+        self.checks = 0
+        self.refused = 0
+        self._refused_logged = 0
+        self._last_log = 0.0
+
+    async def run(
+        self, client: str, fn: Callable[..., bool], *args: Any, first: bool = False
+    ) -> bool:
+        queue = self._queues[0 if first else 1]
+        if len(queue) >= self.waiting or (not first and self._clients[client] >= self.per_client):
+            self._refuse()
+            raise AuthBusy
+        loop = asyncio.get_running_loop()
+        self._clients[client] += 1
+        try:
+            if self._running < self.threads:
+                self._running += 1
+            else:
+                turn: asyncio.Future[None] = loop.create_future()
+                queue.append(turn)
+                try:
+                    await turn
+                except asyncio.CancelledError:
+                    if turn.done() and not turn.cancelled():
+                        self._release()  # the thread was handed to us: hand it on
+                    else:
+                        with contextlib.suppress(ValueError):
+                            queue.remove(turn)
+                    raise
+            self.checks += 1
+            job = self._executor.submit(fn, *args)
+            # The thread is free when the check is done, not when its caller stops waiting.
+            job.add_done_callback(lambda _: self._release_from_thread(loop))
+            return await asyncio.wrap_future(job, loop=loop)
+        finally:
+            self._clients[client] -= 1
+            if not self._clients[client]:
+                del self._clients[client]
+
+    def _release_from_thread(self, loop: asyncio.AbstractEventLoop) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is gone: so is everyone waiting
+            loop.call_soon_threadsafe(self._release)
+
+    def _release(self) -> None:
+        for queue in self._queues:
+            while queue:
+                turn = queue.popleft()
+                if not turn.done():
+                    turn.set_result(None)
+                    return
+        self._running -= 1
+
+    def _refuse(self) -> None:
+        self.refused += 1
+        now = time.monotonic()
+        if now - self._last_log >= AUTH_REFUSED_LOG_EVERY:
+            log.warning(
+                "basic auth: %d password checks refused with 429 since the last report "
+                "(more than %d waiting, or more than %d from one client address): "
+                "a password-guessing flood?",
+                self.refused - self._refused_logged,
+                self.waiting,
+                self.per_client,
+            )
+            self._refused_logged = self.refused
+            self._last_log = now
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class BasicAuth:
+    """bcrypt checks for one user table (each costs ~60 ms at cost 10), through an
+    :class:`AuthGate`, with a bounded table of credentials that passed (AUTH_OK_TTL) and one
+    of credentials that failed (AUTH_FAILED_TTL), both keyed by an HMAC under a key of this
+    table's own.  A new user table (every applied web config) is a new BasicAuth: both
+    tables start empty."""
+
+    def __init__(self, users: dict[str, bytes], gate: AuthGate | None = None):
         self.users = users
         self.dummy_hash = dummy_hash(users.values())
-        self._cache: OrderedDict[bytes, bool] = OrderedDict()
-        self._lock = threading.Lock()
+        self.gate = gate if gate is not None else AuthGate()
+        self._key = os.urandom(32)
+        self._passed: OrderedDict[bytes, float] = OrderedDict()  # key -> when verified
+        self._failed: OrderedDict[bytes, float] = OrderedDict()  # key -> when refused
+        self._checking: dict[bytes, asyncio.Future[bool | None]] = {}
 
-    def _check(self, user: str, password: str) -> bool:
+    def _cache_key(self, user: str, password: str) -> bytes:
+        u = user.encode("utf-8", "surrogatepass")
+        msg = len(u).to_bytes(4, "big") + u + password.encode("utf-8", "surrogatepass")
+        return hmac.digest(self._key, msg, "sha256")
+
+    def _bcrypt(self, user: str, password: str) -> bool:
+        """On a gate thread."""
         hashed = self.users.get(user)
-        known = hashed is not None
-        key = hashlib.sha256(
-            b"\0".join([user.encode(), hashed or self.dummy_hash, password.encode()])
-        ).digest()
-        with self._lock:
-            verdict = self._cache.get(key)
-            if verdict is None:
-                try:
-                    ok = bcrypt.checkpw(password.encode(), hashed or self.dummy_hash)
-                except ValueError:
-                    ok = False
-                verdict = known and ok
-                self._cache[key] = verdict
-                if len(self._cache) > AUTH_CACHE:
-                    self._cache.popitem(last=False)
-            else:
-                self._cache.move_to_end(key)
-        return verdict
+        try:
+            ok = bcrypt.checkpw(
+                password.encode("utf-8", "surrogatepass"), hashed or self.dummy_hash
+            )
+        except ValueError:
+            ok = False
+        return hashed is not None and ok
 
-    async def check(self, user: str, password: str) -> bool:
-        return await asyncio.to_thread(self._check, user, password)
+    async def verdict(self, user: str, password: str, client: str = "") -> bool | None:
+        """True: let in; False: 401; None: not checked (the gate is full; 429)."""
+        key = self._cache_key(user, password)
+        now = time.monotonic()
+        passed = self._passed.get(key)
+        if passed is not None and now - passed < AUTH_OK_TTL:
+            self._passed.move_to_end(key)
+            return True
+        failed = self._failed.get(key)
+        if failed is not None:
+            if now - failed < AUTH_FAILED_TTL:
+                return False
+            del self._failed[key]
+        # The same credentials being checked already (a scraper's retries): that check's
+        # answer, not another bcrypt.
+        pending = self._checking.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        pending = asyncio.get_running_loop().create_future()
+        self._checking[key] = pending
+        try:
+            ok: bool | None = await self.gate.run(
+                client, self._bcrypt, user, password, first=passed is not None
+            )
+        except AuthBusy:
+            ok = None
+        except asyncio.CancelledError:
+            pending.cancel()
+            raise
+        except BaseException as exc:
+            pending.set_exception(exc)
+            pending.exception()  # retrieved: the callers waiting on it, if any, get it too
+            raise
+        finally:
+            del self._checking[key]
+        pending.set_result(ok)
+        if ok is not None:
+            self._remember(key, ok, time.monotonic())
+        return ok
+
+    def _remember(self, key: bytes, ok: bool, now: float) -> None:
+        table, bound = (
+            (self._passed, AUTH_OK_ENTRIES) if ok else (self._failed, AUTH_FAILED_ENTRIES)
+        )
+        if ok:
+            self._failed.pop(key, None)
+        table[key] = now
+        table.move_to_end(key)
+        while len(table) > bound:
+            table.popitem(last=False)
+
+    async def check(self, user: str, password: str, client: str = "") -> bool:
+        """Whether the credentials are good (a check the gate refused is not)."""
+        return bool(await self.verdict(user, password, client))
 
 
 class WebConfigWatcher:
     """The running web config, re-read when its file (or a file it names) changes.  A new
     version that validates replaces it and ``on_change`` is awaited with it; one that does not
-    is logged problem by problem and counted, and the running one is kept."""
+    is logged problem by problem and counted, and the running one is kept.
 
-    def __init__(self, config: WebConfig):
+    ``executor``: where the files are read (the HTTP side's own threads; never the default
+    executor, which the sources read with)."""
+
+    def __init__(self, config: WebConfig, executor: Executor | None = None):
         self.config = config
-        self.auth = BasicAuth(config.users)
+        self.gate = AuthGate()
+        self.auth = BasicAuth(config.users, self.gate)
+        self._own_executor = executor is None
+        self.executor: Executor = executor or ThreadPoolExecutor(
+            1, thread_name_prefix="capalarm-webconfig"
+        )
         self.limiter = self._limiter(config)
         self.reloads = 0
         self.rejected = 0
@@ -513,9 +694,12 @@ class WebConfigWatcher:
             else None
         )
 
+    async def _off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
     async def reload(self, on_change: Callable[[WebConfig], Awaitable[None]]) -> bool:
         try:
-            new = await asyncio.to_thread(load_web_config, self.config.path)
+            new = await self._off_loop(load_web_config, self.config.path)
         except WebConfigError as exc:
             self.rejected += 1
             self.last_reload_ok = False
@@ -527,8 +711,8 @@ class WebConfigWatcher:
             return False
         old = self.config
         self.config = new
-        if new.users != old.users:
-            self.auth = BasicAuth(new.users)
+        # Every applied version starts with empty tables of passed and failed credentials.
+        self.auth = BasicAuth(new.users, self.gate)
         if (new.rate_interval, new.rate_burst) != (old.rate_interval, old.rate_burst):
             self.limiter = self._limiter(new)
         self.reloads += 1
@@ -540,8 +724,13 @@ class WebConfigWatcher:
     async def run(self, on_change: Callable[[WebConfig], Awaitable[None]]) -> None:
         while True:
             await asyncio.sleep(POLL_SECONDS)
-            if await asyncio.to_thread(changed, self.config):
+            if await self._off_loop(changed, self.config):
                 await self.reload(on_change)
+
+    def close(self) -> None:
+        self.gate.close()
+        if self._own_executor:
+            self.executor.shutdown(wait=False, cancel_futures=True)
 
 
 def _with_files(config: WebConfig) -> WebConfig:
@@ -550,6 +739,8 @@ def _with_files(config: WebConfig) -> WebConfig:
 
 
 __all__ = [
+    "AuthBusy",
+    "AuthGate",
     "BasicAuth",
     "TokenBucket",
     "WebConfig",
