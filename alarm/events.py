@@ -21,6 +21,8 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from alarm.sanitize import shown, shown_evidence
+
 # Subjects of this kind name their surface directly (replayed write events, the demo): the
 # classifier is bypassed and the surface's kind is the declared one.
 NAMED = "named"
@@ -39,7 +41,9 @@ CORE_COUNTERS: dict[str, str] = {
 
 
 class Subjects(Protocol):
-    """The distinct subjects of one batch."""
+    """The distinct subjects of one batch.  Contributor names and evidence are text the
+    workload chose (a file name, a package, a process name): a source hands them over safe to
+    encode (no lone surrogate, alarm/sanitize.py ``shown``), as KeyedSubjects makes them."""
 
     def __len__(self) -> int: ...
 
@@ -80,6 +84,15 @@ class KeyedSubjects:
     keys: list[Any]
     contributors: list[str]
     receipts: list[dict[str, Any] | None] | None = None
+
+    def __post_init__(self) -> None:
+        # Where workload text enters, once: a file name that is not UTF-8 (surrogate escapes
+        # from os.fsdecode) or a lone surrogate from JSON is made encodable here, so nothing
+        # downstream (page, API, metrics, notifications) meets one.  The keys stay as they
+        # are: the classifier matches the real path.
+        self.contributors = [shown(c) for c in self.contributors]
+        if self.receipts is not None:
+            self.receipts = [None if r is None else shown_evidence(r) for r in self.receipts]
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -206,5 +219,5 @@ class SourceHealth:
 
     def failed(self, message: str, at: float) -> None:
         self.errors += 1
-        self.last_error = message[:500]
+        self.last_error = shown(message)[:500]
         self.last_error_at = at

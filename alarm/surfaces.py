@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from alarm.events import ContributorTable, Subjects
-from alarm.sanitize import sanitize
+from alarm.sanitize import sanitize, shown
 from alarm.settings import UNCLASSIFIED
 
 SurfaceKey = tuple[str, str]  # (kind, name)
@@ -129,7 +129,8 @@ class HeavyHitters:
         return {"counts": self.top(self._k), "error": self.error}
 
     def load_state(self, state: dict) -> None:
-        self._counts = {str(k): int(v) for k, v in state.get("counts", [])}
+        # shown: names saved before they were made safe where they enter.
+        self._counts = {shown(str(k)): int(v) for k, v in state.get("counts", [])}
         self.error = int(state.get("error", 0))
 
 

@@ -32,6 +32,7 @@ from alarm.collectors.kernel.fastscan import (
 from alarm.collectors.kernel.netfilter import MAX_LINE, FenceParseError, parse_fence
 from alarm.collectors.kernel.records import KernelRecord
 from alarm.events import WriteEvents
+from alarm.sanitize import shown
 
 if TYPE_CHECKING:
     from alarm.collectors.kernel.canary import CanaryClaims
@@ -48,8 +49,10 @@ class KernelSettings(SourceSettings):
 
 
 def contributor_name(dst: str, dpt: int | None, proto: str) -> str:
-    """The heavy-hitter key of a flow: ``10.0.0.5:443/TCP``, or ``10.0.0.5/ICMP``."""
-    return f"{dst}/{proto}" if dpt is None else f"{dst}:{dpt}/{proto}"
+    """The heavy-hitter key of a flow: ``10.0.0.5:443/TCP``, or ``10.0.0.5/ICMP``.  The
+    protocol is the line's text (a journal export may carry a lone surrogate): made safe to
+    show (alarm/sanitize.py)."""
+    return f"{dst}/{shown(proto)}" if dpt is None else f"{dst}:{dpt}/{shown(proto)}"
 
 
 @dataclass(slots=True)
