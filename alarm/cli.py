@@ -2,8 +2,8 @@
 
 Every way a command can fail ends in one line on stderr and an exit status, never a
 traceback: 2 for bad configuration or input (the line names the key or file), 1 for a runtime
-failure (a busy port, a state directory that cannot be written, a kernel log that cannot be
-read)."""
+failure (a busy port, a state directory that cannot be written, a state database that is
+locked, damaged or of another schema version, a kernel log that cannot be read)."""
 
 from __future__ import annotations
 
@@ -106,10 +106,13 @@ def _web_config(path: str | None) -> Any:
 
 def cmd_run(args: argparse.Namespace) -> int:
     import asyncio
+    import sqlite3
+    from pathlib import Path
 
     from alarm.collectors.base import SourceUnavailable
     from alarm.config import ConfigError
     from alarm.service import Service, ServiceError, run_until_signalled
+    from alarm.state import StateError, storage_cause
 
     config = _load(args.config)
     if args.state_dir:
@@ -126,6 +129,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         # Problems only visible at start, such as a secret that cannot be read.
         fail(EXIT_CONFIG, "invalid configuration: " + "; ".join(exc.problems))
+    except StateError as exc:  # locked, damaged, read-only, of another schema version
+        fail(EXIT_RUNTIME, str(exc))
+    except sqlite3.Error as exc:  # found reading what the store opened (a truncated file)
+        db = Path(config.state_dir) / "capalarm.db"
+        fail(EXIT_RUNTIME, f"cannot use the state database {db}: {storage_cause(exc, db)}")
     except OSError as exc:
         where = exc.filename or config.state_dir
         fail(

@@ -33,7 +33,7 @@ from alarm.events import Batch, SourceHealth
 from alarm.history import HistoryRequest
 from alarm.pipeline import Pipeline
 from alarm.snapshot import Snapshot
-from alarm.state import StateStore
+from alarm.state import StateStore, storage_cause
 from exporters.http import HttpServer
 from exporters.notify import Notifications
 from exporters.webconfig import WebConfig
@@ -49,6 +49,8 @@ MAX_OPEN_CELLS = 2_000_000
 # Ticks evaluated per call on the pipeline thread: a long backlog is evaluated in slices, so
 # scrapes, snapshots and other sources' batches get in between.
 TICKS_PER_CALL = 500
+# A state save that keeps failing (a full disk fails every tick) is logged at most this often.
+SAVE_ERROR_LOG_EVERY = 60.0
 # Settings a running service cannot change; a reload that changes them keeps the running ones.
 RESTART_ONLY = ("tick", "state_dir", "http", "event_time", "heavy_hitters", "egress_canary")
 
@@ -103,6 +105,10 @@ class Service:
         # When the detector's slow arrays were last saved, and what that save cost (monotonic).
         self._slow_saved: float | None = None
         self._slow_seconds = 0.0
+        # Saves failed in a row, how many of them were logged, and when the last log was.
+        self._save_errors = 0
+        self._save_errors_logged = 0
+        self._save_error_logged_at = 0.0
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="capalarm-pipeline")
         self.sources: dict[str, RunningSource] = {}
         for name in self.pipeline.sources:
@@ -204,8 +210,41 @@ class Service:
         except (sqlite3.Error, OSError) as exc:
             # A full state directory must not stop the alarm: keep evaluating, say so loudly
             # (the notifier raises an outbox_write_failed alert), save again next tick.
-            log.error("cannot save state to %s: %s", self.store.path, exc)
+            self._save_failed(exc)
             self.notify.storage_failed(exc)
+        else:
+            if self._save_errors:
+                log.warning(
+                    "state saved to %s again, after %d failed saves",
+                    self.store.path,
+                    self._save_errors,
+                )
+                self._save_errors = self._save_errors_logged = 0
+
+    def _save_failed(self, exc: BaseException) -> None:
+        """Every tick's save fails while the disk is full: the first failure is logged, then
+        one line a minute (SAVE_ERROR_LOG_EVERY) with how many failed since, each naming the
+        cause (locked by another process, disk full, read-only), not just SQLite's words."""
+        self._save_errors += 1
+        now = time.monotonic()
+        if self._save_errors > 1 and now - self._save_error_logged_at < SAVE_ERROR_LOG_EVERY:
+            return
+        cause = storage_cause(exc, self.store.path)
+        if self._save_errors == 1:
+            log.error("cannot save state to %s: %s (%s)", self.store.path, cause, exc)
+        else:
+            log.error(
+                "still cannot save state to %s: %s (%s); %d failed saves in the last %.0fs, "
+                "%d in all",
+                self.store.path,
+                cause,
+                exc,
+                self._save_errors - self._save_errors_logged,
+                now - self._save_error_logged_at,
+                self._save_errors,
+            )
+        self._save_error_logged_at = now
+        self._save_errors_logged = self._save_errors
 
     def _save_state(self, final: bool) -> None:
         """Positions, counters, open ticks, ledger rows and the detector's fast arrays in one

@@ -16,7 +16,9 @@ profiles need not be written every tick.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -33,14 +35,80 @@ ArrayGroup = tuple[dict[str, Any], dict[str, np.ndarray]]
 SCHEMA_VERSION = 1
 
 
+class StateError(RuntimeError):
+    """The state database cannot be used: one line, naming the file and why."""
+
+
+def storage_cause(exc: BaseException, path: str | Path) -> str:
+    """Why a read or write of the SQLite file ``path`` failed, in words an operator can act
+    on: locked by another process, disk full, read-only, not writable by this user, not a
+    database, damaged.  SQLite says "database is locked" or "unable to open database file";
+    this says which it is about and what to do."""
+    path = Path(path)
+    where = path.parent
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    text = str(exc).lower()
+    err = exc.errno if isinstance(exc, OSError) else None
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "is locked" in text:
+        return (
+            "locked by another process (another capalarm on the same state directory, or a "
+            "program holding the database in a transaction)"
+        )
+    if name.startswith("SQLITE_FULL") or err in (errno.ENOSPC, errno.EDQUOT) or "is full" in text:
+        return f"disk full (free space in {where})"
+    if name == "SQLITE_NOTADB" or "not a database" in text:
+        return "not a SQLite database (overwritten or another program's file; move it aside)"
+    if name.startswith("SQLITE_CORRUPT") or "malformed" in text:
+        return "damaged (truncated or corrupt; move it aside to start afresh)"
+    writable = _writable(where, path)
+    if writable:
+        return writable
+    if name.startswith("SQLITE_READONLY") or err == errno.EROFS or "readonly" in text:
+        return "read-only"
+    if name.startswith("SQLITE_IOERR") or err == errno.EIO:
+        return f"I/O error ({exc})"
+    return str(exc) or type(exc).__name__
+
+
+def _writable(where: Path, path: Path) -> str:
+    """Why ``path`` in ``where`` cannot be written, or "" when it can as far as can be told."""
+    with contextlib.suppress(OSError):
+        if os.statvfs(where).f_flag & os.ST_RDONLY:
+            return f"read-only file system ({where})"
+    user = f"uid {os.geteuid()}"
+    if where.is_dir() and not os.access(where, os.W_OK | os.X_OK):
+        return f"permission denied ({user} cannot write the state directory {where})"
+    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+        return f"permission denied ({user} cannot write {path})"
+    return ""
+
+
 class StateStore:
     def __init__(self, state_dir: str | Path):
+        """Opens (or creates) ``state_dir``/capalarm.db.  OSError when the directory cannot
+        be made; StateError when the database cannot be used, or is of another schema
+        version."""
         self.dir = Path(state_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "capalarm.db"
+        try:
+            self._open()
+        except sqlite3.Error as exc:
+            with contextlib.suppress(Exception):
+                self.db.close()
+            raise StateError(
+                f"cannot use the state database {self.path}: {storage_cause(exc, self.path)}"
+            ) from None
+        except StateError:
+            self.db.close()
+            raise
+
+    def _open(self) -> None:
         # check_same_thread=False: the store is used only from the pipeline thread, but that
         # thread is not the one that opened it.
         self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        # Whose file this is, before anything is written to it.
+        self._check_schema()
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute(
@@ -57,6 +125,35 @@ class StateStore:
         self.db.execute(
             "INSERT OR IGNORE INTO kv VALUES ('schema', ?, ?)", (str(SCHEMA_VERSION), time.time())
         )
+
+    def _check_schema(self) -> None:
+        """A new (empty) file, or a capalarm database of this SCHEMA_VERSION; else StateError."""
+        tables = {
+            r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        if not tables:
+            return
+        if "kv" not in tables:
+            others = ", ".join(sorted(tables)[:5])
+            raise StateError(
+                f"{self.path} is not a capalarm state database (it holds tables {others}): "
+                "use --state-dir to choose another directory, or move the file aside"
+            )
+        row = self.db.execute("SELECT value FROM kv WHERE key = 'schema'").fetchone()
+        if row is None:
+            if self.db.execute("SELECT 1 FROM kv LIMIT 1").fetchone() is None:
+                return  # created, never written: as new
+            raise StateError(
+                f"{self.path} has no schema version: not a capalarm state database "
+                "(move it aside to start afresh)"
+            )
+        if str(row[0]) != str(SCHEMA_VERSION):
+            seen = str(row[0])[:20]
+            raise StateError(
+                f"the state database {self.path} has schema version {seen}; this capalarm "
+                f"reads version {SCHEMA_VERSION} (run the capalarm that wrote it, or move the "
+                "file aside to start afresh)"
+            )
 
     def load(self, key: str = "pipeline") -> dict[str, Any]:
         row = self.db.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()

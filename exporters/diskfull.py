@@ -4,9 +4,10 @@ The alert changes that could not be stored are held here, in memory and bounded
 (``MAX_UNPERSISTED``; what falls off is counted in every channel's ``dropped`` and logged).
 Meanwhile the router's decisions for them are delivered from memory, and an
 ``outbox_write_failed`` alarm (critical, ``kind: service``) goes to every destination with
-them; the error is logged at most once a minute.  At each later write the held changes are
-offered again, bracketed by that alarm's firing and resolve, so the write that succeeds
-stores them and resolves the alarm in one transaction.
+them; the error is logged at most once a minute, with its cause in words (locked by another
+process, disk full, read-only: alarm/state.py ``storage_cause``).  At each later write the
+held changes are offered again, bracketed by that alarm's firing and resolve, so the write that
+succeeds stores them and resolves the alarm in one transaction.
 
 Not thread-safe by itself: the notifier calls it with its lock held.
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from alarm.detector.alerts import AlertChange, fingerprint
+from alarm.state import storage_cause
 
 log = logging.getLogger("capalarm.notify")
 
@@ -31,6 +33,7 @@ ALARM_FINGERPRINT = fingerprint("service/outbox", "outbox_write_failed")
 class WriteError:
     since: float
     error: str  # "ExceptionName: message" of the first failure
+    cause: str = ""  # what it means (storage_cause): "locked by another process (...)"
 
 
 class HeldChanges:
@@ -60,8 +63,9 @@ class HeldChanges:
         now held, the alarm's firing first, and how many fell off the bound."""
         self.errors += 1
         error = f"{type(exc).__name__}: {exc}"
+        cause = storage_cause(exc, self.path)
         if self.error is None:
-            self.error = WriteError(now, error)
+            self.error = WriteError(now, error, cause)
         lost = max(0, len(pending) - MAX_UNPERSISTED)
         if lost:
             pending = pending[lost:]
@@ -70,9 +74,10 @@ class HeldChanges:
         if now - self._last_log >= ERROR_LOG_EVERY:
             self._last_log = now
             log.error(
-                "notifications cannot be written to %s: %s — %d alert changes held in memory "
-                "and delivered from memory; free space in the state directory",
+                "notifications cannot be written to %s: %s (%s) — %d alert changes held in "
+                "memory and delivered from memory until it can be written again",
                 self.path,
+                cause,
                 error,
                 len(pending),
             )
@@ -93,10 +98,11 @@ class HeldChanges:
         assert self.error is not None
         since = self.error.since
         if state == "firing":
+            why = f"{self.error.cause}: " if self.error.cause else ""
             summary = (
-                f"capalarm cannot write notifications to {self.path} ({self.error.error}); "
-                f"{held} alert changes are held in memory and sent from memory until the state "
-                "directory has room again"
+                f"capalarm cannot write notifications to {self.path} ({why}{self.error.error}); "
+                f"{held} alert changes are held in memory and sent from memory until it can be "
+                "written again"
             )
         else:
             summary = f"capalarm writes notifications to {self.path} again"

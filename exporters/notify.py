@@ -41,6 +41,7 @@ from typing import Any
 from alarm.config import Config
 from alarm.detector.alerts import AlertChange
 from alarm.settings import ConfigError
+from alarm.state import storage_cause
 from exporters.channels import ChannelSet, LiveChannels, channel_set
 from exporters.destinations import DestinationSet, build_destinations
 from exporters.diskfull import ERROR_LOG_EVERY, HeldChanges
@@ -260,12 +261,14 @@ class Notifications:
                 self.housekeeping_errors += 1
                 if now - last_error_log >= ERROR_LOG_EVERY:
                     last_error_log = now
+                    stored = isinstance(exc, sqlite3.Error | OSError)
                     log.error(
-                        "notifications: housekeeping failed (%d times so far); trying again "
-                        "every %.0fs",
+                        "notifications: housekeeping failed (%d times so far): %s; trying "
+                        "again every %.0fs",
                         self.housekeeping_errors,
+                        f"{storage_cause(exc, self.outbox.path)} ({exc})" if stored else exc,
                         HOUSEKEEPING_SECONDS,
-                        exc_info=not isinstance(exc, sqlite3.Error),
+                        exc_info=not stored,
                     )
 
     # -- what exporters read ---------------------------------------------------------------
