@@ -18,14 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from alarm.config import UNCLASSIFIED, BeaconRule, BudgetRule, Config, DutyRule
+from alarm.config import BeaconRule, BudgetRule, Config, DutyRule
 from alarm.detector import fused, persist
 from alarm.detector.alerts import AlertBank, AlertChange, AlertMachine, AlertState, fingerprint
 from alarm.detector.beacon import BeaconBank
 from alarm.detector.budget import ENVELOPE_MARGIN, MISCONFIGURED_SECONDS, BudgetBank
 from alarm.detector.duty import DutyBank
 from alarm.detector.relative import RelativeBank
-from alarm.detector.rows import AGGREGATE, plan_rows
+from alarm.detector.rows import AGGREGATE, as_slice, plan_rows
 from alarm.detector.rules import RULES, RuleRows, TickInput
 from alarm.detector.rules.ledger import Ledger
 from alarm.detector.rules.precedent import LATE, Incidents, Precedent
@@ -157,7 +157,7 @@ class Detector:
         # collectors) its threads wait on each other for milliseconds.
         self._agg_members: list[slice | np.ndarray] | None = None
         if self._agg_count:
-            self._agg_members = [_as_slice(np.asarray(m)) for m in plan.aggregate_of]
+            self._agg_members = [as_slice(np.asarray(m)) for m in plan.aggregate_of]
         # Where some aggregate's members are not one run of rows (kinds declared interleaved),
         # the member rows grouped by aggregate and where each group starts: one gather and
         # one reduceat sum every aggregate (a gather and a sum per aggregate cost more at a
@@ -213,8 +213,6 @@ class Detector:
             [k for k, _ in self.keys],
             self.members,
             derived,
-            np.array([name == UNCLASSIFIED for _, name in self.keys], dtype=bool),
-            config.tick,
             self.ledger,
             plan.aggregate_of,
         )
@@ -369,7 +367,6 @@ class Detector:
                 bank = self.alert_banks[c.rule]
                 bank.state[row] = AlertState.INACTIVE
                 bank.clear_since[row] = np.nan
-                precedent.folded[row] += 1
                 if c.rule == "budget" and self.budget.derived[row]:
                     self.budget.start_again(row)
                 continue
@@ -1336,14 +1333,6 @@ def _float64(values: np.ndarray) -> np.ndarray:
     if values.dtype is F64 and values.flags.c_contiguous:
         return values
     return np.ascontiguousarray(values, dtype=np.float64)
-
-
-def _as_slice(members: np.ndarray) -> slice | np.ndarray:
-    """Sorted member rows as a slice where they are one contiguous run, else as they are."""
-    rows = np.sort(members.astype(np.int64))
-    if rows.size and rows[-1] - rows[0] + 1 == rows.size:
-        return slice(int(rows[0]), int(rows[-1]) + 1)
-    return rows
 
 
 def _source_machine(name: str, rule: str) -> AlertMachine:

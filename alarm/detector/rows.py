@@ -143,3 +143,11 @@ def derived_budget(rule: AggregateRule, members: list[BudgetRule]) -> BudgetRule
         ],
         resolve_hold=max(m.resolve_hold for m in live),
     )
+
+
+def as_slice(members: np.ndarray) -> slice | np.ndarray:
+    """Sorted member rows as a slice where they are one contiguous run, else as they are."""
+    rows = np.sort(members.astype(np.int64))
+    if rows.size and rows[-1] - rows[0] + 1 == rows.size:
+        return slice(int(rows[0]), int(rows[-1]) + 1)
+    return rows

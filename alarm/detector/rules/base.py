@@ -23,8 +23,6 @@ class RuleRows:
     kinds: list[str]
     members: int  # rows [0, members) are surfaces, the rest aggregates
     derived: np.ndarray  # bool per row: the budget is derived (none declared)
-    unclassified: np.ndarray  # bool per row
-    tick: float
     ledger: Ledger
     # For aggregate row members + j: the member rows it sums.
     aggregate_of: list[np.ndarray]

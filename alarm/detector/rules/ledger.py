@@ -30,7 +30,6 @@ import numpy as np
 
 BLOCK = 300.0
 HORIZONS = (600.0, 3600.0, 86400.0)  # the window lengths, seconds
-HORIZON_NAMES = ("10m", "1h", "1d")
 HOUR, DAY = 1, 2  # indices into HORIZONS
 QUANTITIES = ("bits", "events", "written_ticks")
 WEEK = 7 * 86400.0
@@ -70,8 +69,6 @@ class Ledger:
         "seen",
     )
     SLOW = frozenset({"week_max", "week_peak", "week_run", "slot_now", "slot_a", "slot_b", "daily"})
-    # Shared clock positions, saved in the state header.
-    CLOCK = ("block_index", "week_of", "day_of", "first_block")
 
     def __init__(self, n: int):
         self.n = n
@@ -110,7 +107,6 @@ class Ledger:
         self.seen = np.zeros(n)
         self._unborn = True
         self.block_index = NO_PERIOD
-        self.first_block = NO_PERIOD
         self.closed = False  # whether the last add closed a block (rules judge then)
 
     # -- time ---------------------------------------------------------------------------
@@ -121,7 +117,7 @@ class Ledger:
         b = math.floor(start / BLOCK)
         self.closed = False
         if self.block_index == NO_PERIOD:
-            self.block_index = self.first_block = b
+            self.block_index = b
         if b != self.block_index:
             self._fold_buffer()
             self._advance(b)
@@ -160,7 +156,7 @@ class Ledger:
         blk[1] += events.sum(axis=0)
         blk[2] += written.sum(axis=0)
         np.maximum(self.block_peak, bits.max(axis=0), out=self.block_peak)
-        runs = self._runs(written)
+        runs = self._runs(written, self.run)
         np.maximum(self.block_run, runs.max(axis=0), out=self.block_run)
         self.run = runs[-1].copy()
         last = k - 1 - np.argmax(written[::-1], axis=0)  # each row's last written tick
@@ -177,13 +173,14 @@ class Ledger:
         """Fold the buffered ticks in (before the state is saved)."""
         self._fold_buffer()
 
-    def _runs(self, written: np.ndarray) -> np.ndarray:
+    @staticmethod
+    def _runs(written: np.ndarray, before: np.ndarray) -> np.ndarray:
         """(ticks, rows): the run of written ticks each buffered tick ends, continuing the
-        run the rows were in before the buffer."""
+        run ``before`` the rows were in before the buffer."""
         k = written.shape[0]
         index = np.arange(k, dtype=np.float64)[:, None]
         last_gap = np.maximum.accumulate(np.where(written, -1.0, index), axis=0)
-        return np.where(last_gap < 0, self.run + index + 1.0, index - last_gap)
+        return np.where(last_gap < 0, before + index + 1.0, index - last_gap)
 
     def _open(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(quantity, rows) sums of the open block with the buffered ticks; the last tick's
@@ -197,11 +194,7 @@ class Ledger:
         blk[0] += bits.sum(axis=0)
         blk[1] += events.sum(axis=0)
         blk[2] += written.sum(axis=0)
-        run = self.run[rows]
-        index = np.arange(k, dtype=np.float64)[:, None]
-        last_gap = np.maximum.accumulate(np.where(written, -1.0, index), axis=0)
-        runs = np.where(last_gap < 0, run + index + 1.0, index - last_gap)
-        return blk, bits[-1], runs[-1]
+        return blk, bits[-1], self._runs(written, self.run[rows])[-1]
 
     def _advance(self, b: int) -> None:
         if b < self.block_index:  # a clock that went back: count on in the current block
@@ -333,7 +326,6 @@ class Ledger:
     def clock_state(self) -> dict:
         return {
             "block_index": self.block_index,
-            "first_block": self.first_block,
             "week_of": self.week_of.tolist(),
             "day_of": self.day_of.tolist(),
         }
@@ -347,7 +339,6 @@ class Ledger:
             if week_of.shape != self.week_of.shape or day_of.shape != self.day_of.shape:
                 return
             self.block_index = int(saved["block_index"])
-            self.first_block = int(saved["first_block"])
             self.week_of, self.day_of = week_of, day_of
         except (KeyError, TypeError, ValueError):
             return

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from alarm.detector.rows import as_slice
 from alarm.detector.rules.base import Rule, RuleRows, TickInput
 
 SCALES = ("10m", "1h")
@@ -53,7 +54,7 @@ class MembersRule(Rule):
         self.hour = -1  # the absolute hour the history's open slot is of
         self._samples_of: tuple[int, list[int]] = (-1, [])
         # Each aggregate's members, as a slice where they are one run of rows.
-        self._members = [_as_slice(m) for m in rows.aggregate_of]
+        self._members = [as_slice(m) for m in rows.aggregate_of]
 
     def judge(self, t: TickInput) -> tuple[np.ndarray, np.ndarray] | None:
         ledger = self.rows.ledger
@@ -113,9 +114,3 @@ class MembersRule(Rule):
             f"a swarm of ordinary writes"
         )
         return value, threshold, what, figures
-
-
-def _as_slice(rows: np.ndarray) -> slice | np.ndarray:
-    if rows.size and rows[-1] - rows[0] + 1 == rows.size and (np.diff(rows) == 1).all():
-        return slice(int(rows[0]), int(rows[-1]) + 1)
-    return rows

@@ -7,7 +7,7 @@ backup page every week, every fortnightly job every fortnight, and every sandbox
 page after a lighter week.  Those are recurrences, and a recurrence is learnt from its
 occurrences: a rule that fires is asked whether the surface has carried as much before, on
 every scale at once, within the ledger's weeks (ledger.py).  If it has, the firing is folded:
-the alert goes back to rest, nobody is paged, and the fold is counted.
+the alert goes back to rest and nobody is paged.
 
 Two kinds of precedent, either enough:
 
@@ -63,7 +63,6 @@ class Precedent:
     def __init__(self, ledger: Ledger, derived: np.ndarray):
         self.ledger = ledger
         self.derived = derived
-        self.folded = np.zeros(len(derived), dtype=np.int64)  # firings folded, per row
 
     def foldable(self, rule: str, row: int) -> bool:
         return rule in FOLDED_RULES and (rule != "budget" or bool(self.derived[row]))
