@@ -151,10 +151,7 @@ class Ledger:
             return
         bits, events = self._buf_bits[:k], self._buf_events[:k]
         written = bits > 0
-        blk = self.block
-        blk[0] += bits.sum(axis=0)
-        blk[1] += events.sum(axis=0)
-        blk[2] += written.sum(axis=0)
+        self._add_sums(self.block, bits, events, written)
         np.maximum(self.block_peak, bits.max(axis=0), out=self.block_peak)
         runs = self._runs(written, self.run)
         np.maximum(self.block_run, runs.max(axis=0), out=self.block_run)
@@ -174,6 +171,15 @@ class Ledger:
         self._fold_buffer()
 
     @staticmethod
+    def _add_sums(
+        block: np.ndarray, bits: np.ndarray, events: np.ndarray, written: np.ndarray
+    ) -> None:
+        """Buffered ticks (ticks, rows) added into ``block`` (quantity, rows)."""
+        block[0] += bits.sum(axis=0)
+        block[1] += events.sum(axis=0)
+        block[2] += written.sum(axis=0)
+
+    @staticmethod
     def _runs(written: np.ndarray, before: np.ndarray) -> np.ndarray:
         """(ticks, rows): the run of written ticks each buffered tick ends, continuing the
         run ``before`` the rows were in before the buffer."""
@@ -191,9 +197,7 @@ class Ledger:
             return blk, np.zeros(len(rows)), self.run[rows]
         bits, events = self._buf_bits[:k, rows], self._buf_events[:k, rows]
         written = bits > 0
-        blk[0] += bits.sum(axis=0)
-        blk[1] += events.sum(axis=0)
-        blk[2] += written.sum(axis=0)
+        self._add_sums(blk, bits, events, written)
         return blk, bits[-1], self._runs(written, self.run[rows])[-1]
 
     def _advance(self, b: int) -> None:
