@@ -170,6 +170,35 @@ class DutyRule(Strict):
     resolve_hold: Duration = 3600.0
 
 
+class DriftConfig(Strict):
+    """Rule ``drift`` (alarm/detector/rules/drift.py, docs/weeks.md): the last day's bits,
+    writes and written ticks against the surface's days before yesterday, and each day
+    against the same weekday of the weeks kept."""
+
+    enabled: bool = True
+
+
+class DormantConfig(Strict):
+    """Rule ``dormant`` (alarm/detector/rules/dormant.py): a write into a surface silent for
+    at least ``silence`` (and longer than any silence it broke before)."""
+
+    enabled: bool = True
+    silence: Duration = Field(7 * 86400.0, ge=3600.0)
+
+
+class NewSurfaceConfig(Strict):
+    """Rule ``newsurface`` (alarm/detector/rules/newsurface.py): a surface declared without a
+    budget is held, from its first write and for ``learning``, to an allowance that starts at
+    ``allowance_bits_per_second`` and grows fourfold a day, with ``tolerance_bits`` above it.
+    Unset: the kind's default (egress and fs 64 kbit/s and 64 Mbit, registry 8 kbit/s and
+    16 Mbit).  A surface with a declared budget is not on this rule."""
+
+    enabled: bool = True
+    allowance_bits_per_second: float | None = Field(None, gt=0)
+    tolerance_bits: float | None = Field(None, gt=0)
+    learning: Duration = Field(2 * 86400.0, gt=0, le=30 * 86400.0)
+
+
 class BudgetRule(Strict):
     """Lampson capacity budget: one-sided CUSUM on estimated bits.
 
@@ -249,6 +278,10 @@ class SurfaceSettings(Strict):
     spike: SpikeRule = SpikeRule()
     budget: BudgetRule | None = None  # None: the kind's default
     meta_bits_per_event: float = Field(DEFAULT_META_BITS_PER_EVENT, ge=0)
+    # The rules on weeks of history (docs/weeks.md).
+    drift: DriftConfig = DriftConfig()
+    dormant: DormantConfig = DormantConfig()
+    newsurface: NewSurfaceConfig = NewSurfaceConfig()
 
     @field_validator("name")
     @classmethod
@@ -354,7 +387,8 @@ class AggregateRule(Strict):
     min_members: int = Field(4, ge=2)  # fewer members: the aggregate only repeats them
     share: float = Field(0.5, gt=0, le=1)
     # The members statistic of the aggregate's spike rule: many members each writing more per
-    # write than their own normal at once (alarm/detector/swarm.py).
+    # write than their own normal at once (alarm/detector/swarm.py), and rule ``members``:
+    # far more members writing at once than ever at that hour (rules/members.py).
     members: bool = True
     spike: SpikeRule = SpikeRule()
     budget: BudgetRule | None = None

@@ -185,3 +185,60 @@ def test_a_surface_put_to_use_weeks_after_it_was_declared_pages_once_not_on_ever
     nbytes = np.concatenate([np.zeros(10 * DAY), busy])
     fired = [c.rule for _, c in replay(det, nbytes)]
     assert fired == ["dormant"], fired
+
+
+def test_a_tighter_new_surface_allowance_from_the_config_pages_what_the_default_lets_through():
+    """``newsurface:`` per surface: a board an operator knows takes a few posts a day is held
+    to 100 bit/s and 1 Mbit, not the kind's 8 kbit/s and 16 Mbit."""
+    posts = np.zeros(HOUR)
+    posts[10:20] = 50_000  # 4 Mbit in ten minutes: under the registry default's 16 Mbit
+    default = detector([{"name": "board", "kind": "registry"}])
+    assert not replay(default, posts)
+    tight = detector(
+        [
+            {
+                "name": "board",
+                "kind": "registry",
+                "newsurface": {"allowance_bits_per_second": 100, "tolerance_bits": 1e6},
+            }
+        ]
+    )
+    fired = replay(tight, posts)
+    assert [c.rule for _, c in fired] == ["newsurface"]
+    assert fired[0][1].figures["newsurface_tolerance_bits"] == 1e6
+
+
+def test_the_dormant_silence_is_configured_per_surface_and_the_rule_can_be_turned_off():
+    def run(surface: dict) -> list[str]:
+        det = detector([{"name": "cache", "kind": "fs", **surface}])
+        nbytes = np.zeros(4 * DAY)
+        nbytes[HOUR] = 1e6  # filled once
+        nbytes[3 * DAY + HOUR] = 32  # three days later, a secret
+        return [c.rule for _, c in replay(det, nbytes)]
+
+    assert "dormant" not in run({}), "three days of silence is not the default week"
+    assert "dormant" in run({"dormant": {"silence": "2d"}})
+    assert "dormant" not in run({"dormant": {"silence": "2d", "enabled": False}})
+
+
+def test_drift_off_on_a_surface_and_members_off_on_an_aggregate_are_honoured():
+    det = detector(
+        [{"name": f"s{i}", "kind": "fs", "drift": {"enabled": False}} for i in range(5)],
+        aggregates={"fs": {"members": False}},
+    )
+    assert not det.rules["drift"].enabled[:5].any()  # the aggregate keeps its own
+    assert not det.rules["members"].enabled.any()
+    on = detector([{"name": f"s{i}", "kind": "fs"} for i in range(5)])
+    assert on.rules["drift"].enabled.all()
+    assert on.rules["members"].enabled[-1]
+
+
+def test_a_bad_rule_setting_names_its_key():
+    import pytest
+
+    from alarm.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"surfaces\[0\]\.dormant\.silence"):
+        config_from_dict({"surfaces": [{"name": "c", "kind": "fs", "dormant": {"silence": "1s"}}]})
+    with pytest.raises(ConfigError, match=r"newsurface\.alowance"):
+        config_from_dict({"surfaces": [{"name": "c", "kind": "fs", "newsurface": {"alowance": 5}}]})

@@ -215,6 +215,7 @@ class Detector:
             derived,
             self.ledger,
             plan.aggregate_of,
+            plan.settings,
         )
         self.rules = {name: rule(rule_rows) for name, rule in RULES.items()}
         for name, rule in self.rules.items():

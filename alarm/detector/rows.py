@@ -20,6 +20,7 @@ from alarm.config import (
     Config,
     DutyRule,
     SpikeRule,
+    SurfaceSettings,
 )
 from alarm.surfaces import SurfaceKey
 
@@ -44,6 +45,9 @@ class RowPlan:
     aggregate_of: list[np.ndarray]
     # For aggregate row members + j: whether its spike rule has the members statistic.
     members_statistic: list[bool]
+    # Per row, what was configured for it: the surface's settings (None for an unclassified
+    # row), then each aggregate's rule.  The registered rules read their sections of it.
+    settings: list[SurfaceSettings | AggregateRule | None]
 
     @property
     def targets(self) -> list[str]:
@@ -57,8 +61,10 @@ def plan_rows(config: Config, keys: list[SurfaceKey]) -> RowPlan:
     derived: list[bool] = []
     floors: list[BudgetRule] = []
     meta: list[float] = []
+    settings: list[SurfaceSettings | AggregateRule | None] = []
     for key in keys:
         declared = by_name.get(key)
+        settings.append(declared)
         floors.append(config.unclassified_budget(key[0]))
         if declared is not None:
             spike.append(declared.spike)
@@ -83,6 +89,7 @@ def plan_rows(config: Config, keys: list[SurfaceKey]) -> RowPlan:
         rows.append((kind, AGGREGATE))
         aggregate_of.append(members)
         members_statistic.append(rule.members)
+        settings.append(rule)
         spike.append(rule.spike)
         budget.append(rule.budget or derived_budget(rule, [budget[i] for i in members]))
         # Learned from what the aggregate carries where its members' are; where members have
@@ -107,6 +114,7 @@ def plan_rows(config: Config, keys: list[SurfaceKey]) -> RowPlan:
         np.array(meta),
         aggregate_of,
         members_statistic,
+        settings,
     )
 
 

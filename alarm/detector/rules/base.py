@@ -26,6 +26,13 @@ class RuleRows:
     ledger: Ledger
     # For aggregate row members + j: the member rows it sums.
     aggregate_of: list[np.ndarray]
+    # Per row, what was configured for it (rows.RowPlan.settings).
+    settings: list[Any]
+
+    def section(self, name: str) -> list[Any]:
+        """Each row's configuration of rule ``name`` (None where the row has none: an
+        unclassified row, or an aggregate for a surface rule)."""
+        return [getattr(s, name, None) for s in self.settings]
 
 
 @dataclass(slots=True)
@@ -58,6 +65,10 @@ class Rule:
         self.rows = rows
         n = len(rows.targets)
         self.enabled = np.ones(n, dtype=bool)
+
+    def configured(self) -> list[Any]:
+        """Each row's configuration of this rule (None where it has none)."""
+        return self.rows.section(self.name)
 
     def judge(self, t: TickInput) -> tuple[np.ndarray, np.ndarray] | None:
         """(breached, clear) per row, or None when nothing can change this tick."""

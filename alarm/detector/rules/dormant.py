@@ -6,7 +6,8 @@ nothing for a week (a cache filled once, a board nobody uses) has no business ca
 anything, and any write into it is judged against that silence.
 
 Per member row, the time of its last write and the longest silence it has broken before.  A
-written tick fires when the row had written before, has been silent at least ``SILENT`` and
+written tick fires when the row had written before, has been silent at least ``silence``
+(configured per surface, ``SILENT`` unless set) and
 longer than ``LONGER`` x any silence it broke before (a surface that goes quiet for weeks by
 habit — a monthly job — is not startled by its own habit).  A fortnightly job's second run
 breaks a fortnight of silence: it is a scheduled event, folded by the precedent of its hour of
@@ -36,7 +37,12 @@ class DormantRule(Rule):
     def __init__(self, rows: RuleRows) -> None:
         super().__init__(rows)
         n = len(rows.targets)
+        configured = self.configured()
+        self.enabled[:] = np.array([c is None or c.enabled for c in configured], dtype=bool)
         self.enabled[rows.members :] = False  # an aggregate's silence is its members'
+        self.silence = np.array(
+            [SILENT if c is None else c.silence for c in configured], dtype=np.float64
+        )
         self.broken = np.zeros(n)  # the silence the last firing broke, seconds
         self.written = np.zeros(n)  # bits of the tick that broke it
         self.paged_at = np.full(n, -np.inf)
@@ -71,12 +77,12 @@ class DormantRule(Rule):
         self._refreshed = False
 
     def _refresh(self, start: float) -> None:
-        """The rows silent for SILENT, longer than LONGER x any silence they broke; a row
+        """The rows silent for their ``silence``, longer than LONGER x any silence they broke; a row
         never written has been silent since it was first watched."""
         ledger = self.rows.ledger
         since = np.where(np.isfinite(ledger.last_write), ledger.last_write, start - ledger.seen)
         silent = start - since
-        quiet = self.enabled & (silent >= SILENT) & (silent > LONGER * ledger.longest_gap)
+        quiet = self.enabled & (silent >= self.silence) & (silent > LONGER * ledger.longest_gap)
         quiet &= self.paged_at < since  # not already paged for this silence
         self._watch = np.flatnonzero(quiet)
         self._since = since[self._watch]

@@ -73,6 +73,7 @@ class DriftRule(Rule):
         super().__init__(rows)
         n = len(rows.targets)
         q = len(QUANTITIES)
+        self.enabled[:] = np.array([c is None or c.enabled for c in self.configured()], dtype=bool)
         self.threshold = np.full((q, n), np.inf)
         self.recent = np.zeros((q, n))
         self.days_kept = np.zeros(n, dtype=np.int32)

@@ -44,7 +44,10 @@ class MembersRule(Rule):
         super().__init__(rows)
         a = len(rows.aggregate_of)
         self.enabled[:] = False
-        self.enabled[rows.members : rows.members + a] = True
+        # An aggregate's ``members: false`` turns this rule off with the members statistic.
+        self.enabled[rows.members : rows.members + a] = [
+            bool(getattr(c, "members", True)) for c in rows.settings[rows.members :]
+        ]
         self.aggregate_of = rows.aggregate_of
         # Per scale and aggregate, the largest count of each of the last KEPT_HOURS hours
         # (-1: no count that hour), the hour's slot at ``hour % KEPT_HOURS``.

@@ -5,7 +5,7 @@ its first day that budget follows the traffic, so a board declared without a bud
 70,000 small posts (9.5 MB) in its first hour and nothing paged, where the same traffic paged
 in 10 s against a declared budget: the swarm of this project's origin story.  So from its
 first write such a surface is held to a default for its kind that grows as the surface is
-learnt, fourfold a day (``GROWTH``), for ``LEARNING`` (two days); then the derived budget and
+learnt, fourfold a day (``GROWTH``), for ``learning`` (two days unless configured); then the derived budget and
 the long-memory rules have seen it.
 
 A one-sided CUSUM on the capacity bound, as the budgets are: ``S = max(0, S + bits - k t)``,
@@ -48,11 +48,28 @@ class NewSurfaceRule(Rule):
     def __init__(self, rows: RuleRows) -> None:
         super().__init__(rows)
         n = len(rows.targets)
-        self.enabled = rows.derived.copy()
+        configured = self.configured()
+        on = np.array([c is None or c.enabled for c in configured], dtype=bool)
+        self.enabled = rows.derived & on
         self.enabled[rows.members :] = False
         pairs = [DEFAULTS.get(k, FALLBACK) for k in rows.kinds]
-        self.allowance = np.array([k for k, _ in pairs])
-        self.tolerance = np.array([h for _, h in pairs])
+        self.allowance = np.array(
+            [
+                k
+                if c is None or c.allowance_bits_per_second is None
+                else c.allowance_bits_per_second
+                for (k, _), c in zip(pairs, configured, strict=True)
+            ]
+        )
+        self.tolerance = np.array(
+            [
+                h if c is None or c.tolerance_bits is None else c.tolerance_bits
+                for (_, h), c in zip(pairs, configured, strict=True)
+            ]
+        )
+        self.learning = np.array(
+            [LEARNING if c is None else c.learning for c in configured], dtype=np.float64
+        )
         self.first_write = np.full(n, np.nan)
         self.excess = np.zeros(n)
         self.paged = np.zeros(n, dtype=bool)
@@ -75,7 +92,7 @@ class NewSurfaceRule(Rule):
         if not rows.size:
             return None
         age = t.start - self.first_write[rows]
-        over = (age > LEARNING) | self.done[rows]
+        over = (age > self.learning[rows]) | self.done[rows]
         if over.any():  # learnt: the derived budget and the long-memory rules have it
             self.excess[rows[over]] = 0.0
             rows = self._learning = rows[~over]
