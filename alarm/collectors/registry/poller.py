@@ -169,6 +169,7 @@ class Cycle:
         uploader: str | None = None,
         capacity: int | None = None,
         receipt: dict[str, Any] | None = None,
+        events: int = 1,  # that many writes, of nbytes together (posts never seen)
     ) -> None:
         """A new artifact, edit or post.  In the learning poll it is only counted as the
         starting state; one of this source's canaries is counted apart (canary.py).  One
@@ -215,6 +216,7 @@ class Cycle:
                 ts=self.stamp(uploaded_at),
                 key=(repository, artifact),
                 nbytes=size,
+                events=max(1, events),
                 contributor=sanitize(contributor, EVIDENCE_TEXT_LIMIT),
                 evidence=evidence,
                 capacity=None if capacity is None else max(size, int(capacity)),

@@ -289,12 +289,39 @@ class JsonSettings(RegistryBase):
     repository: str | None = None  # what surfaces match on; None: the source name
     uploader: str | None = None
     next: str | None = None  # path to the next page's URL; a Link rel="next" header also works
+    # What the board tells of edits and deletions (generic.py): an item's revision or update
+    # time (a change is an edit, a write of the new size); a number that grows by one per
+    # item made in a repository (gaps: items deleted before a poll); a count of items ever
+    # made, in the first page's document.
+    revision: str | None = None
+    updated: str | None = None
+    sequence: str | None = None
+    created_total: str | None = None
 
     @model_validator(mode="after")
     def _paths_plain(self) -> JsonSettings:
-        for path in (self.items, self.id, self.size, self.time, self.repository, self.uploader):
+        for path in (
+            self.items,
+            self.id,
+            self.size,
+            self.time,
+            self.repository,
+            self.uploader,
+            self.revision,
+            self.updated,
+            self.sequence,
+            self.created_total,
+        ):
             if path and not all(part for part in path.split(".")):
                 raise ValueError(f"{path!r}: a field path is names joined by dots")
+        if self.created_total and self.sequence:
+            raise ValueError(
+                "sequence and created_total both count posts deleted before a poll: give one"
+            )
+        if self.created_total and self.packages:
+            raise ValueError(
+                "created_total counts every repository's items: it cannot be used with packages"
+            )
         return self
 
 

@@ -53,6 +53,6 @@ def build(cfg: Any, ctx: SourceContext) -> poller.RegistryPoller:
 
 
 COUNTERS: Mapping[str, str] = MappingProxyType(
-    {**http.COUNTERS, **poller.COUNTERS, **canary.COUNTERS}
+    {**http.COUNTERS, **poller.COUNTERS, **canary.COUNTERS, **generic.COUNTERS}
 )
 SOURCE = SourceType("registry", RegistrySettings, build, kind="registry", counters=COUNTERS)
