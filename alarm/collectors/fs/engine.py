@@ -48,11 +48,11 @@ from alarm.collectors.fs.state import Dir, FileState, Output, show
 from alarm.collectors.fs.touches import Touches
 from alarm.collectors.fs.watch_fanotify import FanotifyWatch
 from alarm.collectors.fs.watch_inotify import HOLD_SECONDS, InotifyWatch
+from alarm.collectors.fs.workload import Workloads
 from alarm.events import Event
 
 MAX_EVENTS = 50_000  # watcher events per step
 SCAN_BUDGET = 20_000  # entries scanned per step
-COMM_MEMORY = 4096
 BLIND_REASONS_SHOWN = 3  # per source; the rest is "and N more"
 # An inode whose names all went (state.py, orphans) is forgotten only when no scan that could
 # still find it is running, ORPHAN_GRACE after it went (an overflow a scan raced with is read
@@ -94,11 +94,6 @@ class StepResult:
     last_event_ts: float
 
 
-def sanitize_comm(raw: bytes) -> str:
-    text = "".join(chr(b) if 32 <= b < 127 else "?" for b in raw.strip()[:16])
-    return text
-
-
 class Engine:
     def __init__(
         self,
@@ -109,13 +104,14 @@ class Engine:
     ) -> None:
         self.cfg = cfg
         self.notify = notify
+        self.workloads = Workloads()  # fanotify's writer pids: program and cgroup, as evidence
         self.trees = [Tree(i, os.fsencode(p)) for i, p in enumerate(cfg.paths)]
         self.state = FileState(
             [t.path for t in self.trees],
             cfg.settle,
             dir_added=self._dir_added,
             dir_removed=self._dir_removed,
-            pid_name=self._comm,
+            pid_info=self.workloads.of,
         )
         self.position_in = position if valid_position(position) else None
         self.position_invalid = position is not None and self.position_in is None
@@ -142,7 +138,6 @@ class Engine:
         self._next_root_check = 0.0
         self._roots_changed = False
         self._last_read: dict[str, float] = {}
-        self._comms: dict[int, str] = {}
         self._started_at = 0.0
         self.poll_dirs = False  # some directory of a watched tree fell back to polling
         self.inner_mounts: set[str] | None = None  # mount points inside the trees, last seen
@@ -303,7 +298,9 @@ class Engine:
             if self.opened:
                 self.inotify.start()
         elif mode == "fanotify" and self.fanotify is None:
-            self.fanotify = FanotifyWatch(self.state, self.notify, limit, self._resolve_inside)
+            self.fanotify = FanotifyWatch(
+                self.state, self.notify, limit, self._resolve_inside, self.workloads.of
+            )
             if self.opened:
                 self.fanotify.start()
 
@@ -377,19 +374,6 @@ class Engine:
             self.inotify.remove(d)
         if self.fanotify is not None and d.handle:
             self.fanotify.remove(d)
-
-    def _comm(self, pid: int) -> str:
-        comm = self._comms.get(pid)
-        if comm is None:
-            try:
-                with open(f"/proc/{pid}/comm", "rb") as f:
-                    comm = sanitize_comm(f.read())
-            except OSError:
-                comm = ""
-            if len(self._comms) >= COMM_MEMORY:
-                self._comms.clear()
-            self._comms[pid] = comm
-        return comm
 
     def _resolve_inside(self, path: bytes, ts: float, ops: Touches) -> int:
         """A directory fanotify named that we do not know: register it when it is inside a

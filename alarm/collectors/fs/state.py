@@ -111,13 +111,13 @@ class FileState:
         settle: float,
         dir_added: Callable[[Dir], None] = lambda d: None,
         dir_removed: Callable[[Dir], None] = lambda d: None,
-        pid_name: Callable[[int], str] = lambda pid: "",
+        pid_info: Callable[[int], dict[str, Any]] = lambda pid: {},
     ) -> None:
         self.trees = trees
         self.settle = settle
         self.dir_added = dir_added
         self.dir_removed = dir_removed
-        self.pid_name = pid_name
+        self.pid_info = pid_info
         self.roots: list[int] = [-1] * len(trees)
         self.dirs: dict[int, Dir] = {}
         self.dir_ident: dict[tuple[int, int], int] = {}
@@ -295,9 +295,7 @@ class FileState:
         }
         if pid:
             ev["pid"] = pid
-            comm = self.pid_name(pid)
-            if comm:
-                ev["comm"] = comm
+            ev.update(self.pid_info(pid))  # comm, cgroup, container_id, pod_uid
         return ev
 
     def _count_pending(self, row: int, out: Output) -> None:

@@ -41,6 +41,7 @@ class FanotifyWatch:
         notify: Callable[[], None],
         queue_limit: int,
         resolve_inside: Callable[[bytes, float, Touches], int],
+        writer: Callable[[int], object] = lambda pid: None,
     ) -> None:
         self.state = state
         self.group = fan.Fanotify()
@@ -49,11 +50,17 @@ class FanotifyWatch:
         self._outside: dict[bytes, None] = {}
         self.resolve_inside = resolve_inside
         self.malformed = 0
+        self.writer = writer
         self.reader = EventReader(self.group.fd, self._parse, notify, queue_limit, "fs-fanotify")
 
     def _parse(self, data: bytes) -> list[fan.RawEvent]:
         events, bad = fan.parse(data)
         self.malformed += bad
+        # Who wrote: /proc/<pid> read as soon as the event is (the writer may exit soon
+        # after), once per pid (workload.py remembers it for the look that counts it).
+        for pid in {ev[1] for ev in events}:
+            if pid > 0:
+                self.writer(pid)
         return events
 
     def mark(self, path: bytes) -> None:
