@@ -493,6 +493,7 @@ class Pipeline:
             unknown_surface_events=table.unknown_surface_events,
             open_ticks=len(self.clock.open),
             backlog_skipped=self.backlog_skipped,
+            pages_folded=dict(det.pages_folded),
             history=window,
         )
 

@@ -120,6 +120,8 @@ class Snapshot:
     unknown_surface_events: int
     open_ticks: int = 0
     backlog_skipped: int = 0
+    # Pages the detector folded as not news, by (rule, reason) (detector/rules/precedent.py).
+    pages_folded: dict[tuple[str, str], int] = field(default_factory=dict)
     # Only when asked for (the status page, ?history=1): never for a scrape of /metrics.
     history: HistoryWindow | None = None
     egress_canary: CanaryView | None = None

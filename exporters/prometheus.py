@@ -375,6 +375,16 @@ def service_families(snap: Snapshot) -> Iterable[Metric]:
         "Counts of ticks older than event_time.max_backlog, moved into the first tick evaluated.",
         value=snap.backlog_skipped,
     )
+    folded = CounterMetricFamily(
+        "capalarm_pages_folded",
+        "Pages the detector did not send because they were not news, by the rule that fired "
+        "and why: precedent (the surface did as much before, docs/weeks.md), young (its first "
+        "days of life), incident (it joined an open incident on the surface).",
+        labels=["rule", "reason"],
+    )
+    for (rule, reason), count in sorted(snap.pages_folded.items()):
+        folded.add_metric([rule, reason], count)
+    yield folded
     yield CounterMetricFamily(
         "capalarm_unknown_surface_events",
         "Events naming an undeclared surface, counted as unclassified.",

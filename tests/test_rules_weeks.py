@@ -242,3 +242,21 @@ def test_a_bad_rule_setting_names_its_key():
         config_from_dict({"surfaces": [{"name": "c", "kind": "fs", "dormant": {"silence": "1s"}}]})
     with pytest.raises(ConfigError, match=r"newsurface\.alowance"):
         config_from_dict({"surfaces": [{"name": "c", "kind": "fs", "newsurface": {"alowance": 5}}]})
+
+
+def test_folded_pages_are_counted_by_rule_and_reason_and_scraped():
+    """A weekly job's later runs are folded, not lost: each fold is counted, and /metrics says
+    how many pages were held back and why."""
+    from alarm.snapshot import Snapshot
+    from exporters.prometheus import render
+
+    rng = np.random.default_rng(3)
+    det = detector([{"name": "backup", "kind": "fs"}])
+    replay(det, weekly_job(rng, 5, 500e6))
+    folded = det.pages_folded
+    assert sum(n for (_, reason), n in folded.items() if reason == "precedent") >= 1, folded
+    snap = Snapshot(0.0, TICK, 0, 0.0, 0.0, [], [], [], 0, pages_folded=folded)
+    body = render(snap, [], None)[0].decode()
+    for (rule, reason), n in folded.items():
+        line = f'capalarm_pages_folded_total{{reason="{reason}",rule="{rule}"}} {float(n)}'
+        assert line in body, body[:2000]

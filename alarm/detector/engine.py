@@ -228,6 +228,8 @@ class Detector:
         # nothing to judge this tick steps its bank only then).
         self._rule_alerts_open = dict.fromkeys(self.rules, True)
         self.incidents = Incidents(n, list(self.alert_banks))
+        # Pages folded since start, by (rule, reason): young, precedent or incident (_fold).
+        self.pages_folded: dict[tuple[str, str], int] = {}
         # Saved arrays with a column per aggregate (restored by the aggregates' keys).
         self._per_aggregate = frozenset(
             f"{name}.{a}"
@@ -358,13 +360,17 @@ class Detector:
             if row is None or c.state != "firing" or c.previous == "firing":
                 kept.append(c)
                 continue
-            if precedent.young(c.rule, row, start) or (
-                precedent.foldable(c.rule, row) and precedent.recurs(c.rule, row, start)
-            ):
-                fold = True
+            if precedent.young(c.rule, row, start):
+                reason = "young"
+            elif precedent.foldable(c.rule, row) and precedent.recurs(c.rule, row, start):
+                reason = "precedent"
+            elif self.incidents.joins(c.rule, row, now):
+                reason = "incident"
             else:
-                fold = self.incidents.joins(c.rule, row, now)
-            if fold:
+                reason = None
+            if reason is not None:
+                key = (c.rule, reason)
+                self.pages_folded[key] = self.pages_folded.get(key, 0) + 1
                 bank = self.alert_banks[c.rule]
                 bank.state[row] = AlertState.INACTIVE
                 bank.clear_since[row] = np.nan
