@@ -260,3 +260,26 @@ def test_folded_pages_are_counted_by_rule_and_reason_and_scraped():
     for (rule, reason), n in folded.items():
         line = f'capalarm_pages_folded_total{{reason="{reason}",rule="{rule}"}} {float(n)}'
         assert line in body, body[:2000]
+
+
+def test_the_hours_the_service_was_down_are_no_history_of_the_members_rule():
+    """The members rule keeps six weeks of hours in a ring.  After a restart the hours it was
+    down must read as no count, not as what that slot held six weeks earlier: a stale busy
+    hour there would raise the threshold for that hour of the week."""
+    from alarm.detector.rules.members import KEPT_HOURS
+
+    surfaces = [{"name": f"s{i}", "kind": "fs"} for i in range(5)]
+    nbytes = np.zeros((2 * DAY, 5))
+    nbytes[::7] = 100.0
+    det = detector(surfaces)
+    replay(det, nbytes)
+    saved = det.to_state()
+    hour = det.rules["members"].hour
+    down = [(hour + h) % KEPT_HOURS for h in range(1, 24)]
+    resumed = detector(surfaces)
+    resumed.load_state(saved)
+    rule = resumed.rules["members"]
+    assert rule.hour == hour, "the hour the history was open at is lost on restart"
+    rule.history[:, down] = 99.0  # what those slots held KEPT_HOURS ago
+    replay(resumed, nbytes[:2], start=3 * DAY)  # back a day later
+    assert (rule.history[:, down[:-1]] == -1.0).all(), "hours it was down kept stale counts"

@@ -37,7 +37,7 @@ class MembersRule(Rule):
     # Arrays of one column per aggregate, not per row (the detector restores them by the
     # aggregates' keys).
     PER_BLOCK: ClassVar[bool] = True
-    STATE: ClassVar[tuple[str, ...]] = ("history", "count", "threshold")
+    STATE: ClassVar[tuple[str, ...]] = ("history", "count", "threshold", "last_hour")
     PER_AGGREGATE: ClassVar[bool] = True
 
     def __init__(self, rows: RuleRows) -> None:
@@ -55,6 +55,9 @@ class MembersRule(Rule):
         self.count = np.zeros((len(SCALES), a))
         self.threshold = np.full((len(SCALES), a), np.inf)
         self.hour = -1  # the absolute hour the history's open slot is of
+        # The same, saved (one per aggregate, as every array here): after a restart the hours
+        # it was down are cleared, not left holding counts from KEPT_HOURS before.
+        self.last_hour = np.full(a, -1.0)
         self._samples_of: tuple[int, list[int]] = (-1, [])
         # Each aggregate's members, as a slice where they are one run of rows.
         self._members = [as_slice(m) for m in rows.aggregate_of]
@@ -69,6 +72,7 @@ class MembersRule(Rule):
                 for skipped in range(self.hour + 1, min(hour, self.hour + KEPT_HOURS) + 1):
                     self.history[:, skipped % KEPT_HOURS] = -1.0
             self.hour = hour
+            self.last_hour[:] = hour
         written = ledger.window[:2, :, WRITTEN_TICKS] > 0  # (scale, phase, row)
         slot = hour % KEPT_HOURS
         if self._samples_of[0] != hour:
@@ -90,6 +94,10 @@ class MembersRule(Rule):
         breached[rows] = (self.count > self.threshold).any(axis=0)
         clear[rows] = (self.count <= self.threshold / (1.0 + SLACK)).all(axis=0)
         return breached, clear
+
+    def restored(self) -> None:
+        self.hour = int(self.last_hour.max(initial=-1.0))
+        self._samples_of = (-1, [])
 
     @staticmethod
     def _samples(hour: int) -> list[int]:
