@@ -449,7 +449,12 @@ def chunk_batch(chunk: Chunk, fmt: str, tick: float) -> Batch:
         starts = [float(chunk.scan.ticks.max()) * tick] if ev is not None else []
         if chunk.scan.max_ts > 0:
             starts.append(math.floor(chunk.scan.max_ts / tick) * tick)
-        return Batch(ev, counts, watermark=max(starts) if starts else None)
+        return Batch(
+            ev,
+            counts,
+            watermark=max(starts) if starts else None,
+            forged_sample=chunk.scan.forged_sample,
+        )
     if chunk.ts is None or not len(chunk.ts):
         return Batch(None, counts)
     subjects = KeyedSubjects(

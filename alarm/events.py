@@ -23,6 +23,10 @@ import numpy as np
 
 from alarm.sanitize import shown, shown_evidence
 
+# A forged record's sample line as kept and shown: about one fence line (prefix, interfaces,
+# MACs, addresses, ports), never a page of workload text.
+FORGED_SAMPLE_CHARS = 300
+
 # Subjects of this kind name their surface directly (replayed write events, the demo): the
 # classifier is bypassed and the surface's kind is the declared one.
 NAMED = "named"
@@ -189,6 +193,9 @@ class Batch:
     # Rows of the source's ledger to write (key -> JSON text) or delete (None), for state too
     # large to be one position (a file tree, a registry listing); saved with the counts.
     ledger: dict[str, str | None] | None = None
+    # One forged record of this batch as a sample line (sanitised, bounded), for the
+    # forged-records alert; None: none, or none kept.
+    forged_sample: str | None = None
 
 
 Emit = Callable[[Batch], Awaitable[None]]

@@ -30,9 +30,17 @@ from alarm.collectors import SOURCE_TYPES
 from alarm.config import Config
 from alarm.detector.alerts import AlertChange
 from alarm.detector.engine import Detector, SourceJudgement
-from alarm.events import CORE_COUNTERS, NAMED, Batch, SourceHealth, WriteEvents
+from alarm.events import (
+    CORE_COUNTERS,
+    FORGED_SAMPLE_CHARS,
+    NAMED,
+    Batch,
+    SourceHealth,
+    WriteEvents,
+)
 from alarm.eventtime import EventClock
 from alarm.history import History, HistoryRequest, attention_order
+from alarm.sanitize import sanitize
 from alarm.settings import UNCLASSIFIED
 from alarm.snapshot import Snapshot, SourceView, SurfaceView
 from alarm.surfaces import StagedCredits, SurfaceKey, SurfaceTable, contributor_table
@@ -51,6 +59,10 @@ class SourceState:
     counters: Counter[str] = field(default_factory=Counter)
     # Deltas of the judged counters since the last evaluated tick.
     pending: Counter[str] = field(default_factory=Counter)
+    # The forged-records alert's sample line: the first forged record handed over since the
+    # source was last judged, else the last one kept (saved with the counters).
+    forged_sample: str = ""
+    sample_fresh: bool = False
 
     @property
     def declared_counters(self) -> list[str]:
@@ -136,6 +148,9 @@ class Pipeline:
                 state.counters[name] += n
                 if name in JUDGED:
                     state.pending[name] += n
+        if batch.forged_sample and not state.sample_fresh:
+            state.forged_sample = sanitize(batch.forged_sample, FORGED_SAMPLE_CHARS)
+            state.sample_fresh = True
         if batch.events is not None and len(batch.events):
             self._count(state, batch.events, now)
         if batch.position is not None:
@@ -342,8 +357,13 @@ class Pipeline:
                 )
             )
             s.pending.clear()
+            s.sample_fresh = False
         if judged:
-            changes += detector.evaluate_sources(end, tick, judged)
+            for change in detector.evaluate_sources(end, tick, judged):
+                sample = self.sources[change.target].forged_sample
+                if change.rule == "forged_records" and sample:
+                    change.figures["forged_sample"] = sample
+                changes.append(change)
         # Forget the "recent" contributors of surfaces whose episode is over (quiet, no rule
         # pending or firing, no budget sum left), so the next alert's evidence is about the
         # next episode.  Only rows that hold any are looked at: most rows, most ticks, none.
@@ -366,6 +386,7 @@ class Pipeline:
             "positions": dict(self.positions),
             "sources": {
                 n: {"type": s.type, "counters": dict(s.counters), "pending": dict(s.pending)}
+                | ({"forged_sample": s.forged_sample} if s.forged_sample else {})
                 for n, s in self.sources.items()
             },
             "event_time": self.clock.to_state(len(self.table)),
@@ -399,6 +420,9 @@ class Pipeline:
             for key, value in dict(saved.get("pending", {})).items():
                 if key in JUDGED and isinstance(value, int):
                     s.pending[key] = value
+            sample = saved.get("forged_sample")
+            if isinstance(sample, str):
+                s.forged_sample = sanitize(sample, FORGED_SAMPLE_CHARS)
         saved_keys = state.get("surface_keys")
         if isinstance(saved_keys, list):
             where = {key: i for i, key in enumerate(f"{k}/{n}" for k, n in self.table.keys)}

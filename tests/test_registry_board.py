@@ -78,7 +78,7 @@ def size_of(post: dict[str, Any]) -> int:
 
 
 async def test_edits_and_posts_deleted_before_a_poll_are_written_and_counted(board) -> None:
-    b, site, agent = board
+    _, site, agent = board
     cfg = {**BOARD, **EDITS, "sequence": "number", "url": f"{site.base}/api/posts"}
     for i in range(5):
         await agent.post("general", f"hello {i}")
@@ -147,7 +147,7 @@ async def test_a_created_count_meters_posts_that_a_window_of_the_newest_never_sh
 async def test_turning_edits_on_for_a_known_board_learns_revisions_without_counting(
     board,
 ) -> None:
-    b, site, agent = board
+    _, site, agent = board
     plain = {**BOARD, "url": f"{site.base}/api/posts"}
     for i in range(6):
         await agent.post("general", f"hello {i}")

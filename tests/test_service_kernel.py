@@ -5,6 +5,7 @@ reported and alarmed."""
 
 from __future__ import annotations
 
+from exporters.payload import LinkSet, alert_document
 from tests.kernelnet import fence_netns, forged_fence, inject_kmsg, require_kernel
 from tests.servicekit import get, metric, running_service, wait_for
 
@@ -74,3 +75,8 @@ async def test_metrics_show_exactly_the_bytes_the_kernel_logged_and_forgeries_ar
                 if c["rule"] == "forged_records" and c["state"] == "firing"
             ]
             assert fired and fired[0]["source"] == "kernel"
+            # The page shows what was forged: the line as written to /dev/kmsg.
+            sample = forged_fence(ns.prefix, 9999, dport=9911).rstrip()
+            assert fired[0]["figures"]["forged_sample"].rstrip() == sample
+            doc = alert_document({"change": fired[0]}, "k", LinkSet("http://capalarm/", None), 5)
+            assert doc["forged_sample"].rstrip() == sample

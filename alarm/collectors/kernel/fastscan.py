@@ -35,7 +35,9 @@ from alarm.collectors.kernel.netfilter import (
     canonical_ip,
     parse_fence,
 )
+from alarm.events import FORGED_SAMPLE_CHARS
 from alarm.jsontext import loads_json
+from alarm.sanitize import sanitize
 
 try:  # the native one-pass scanner (alarm/collectors/kernel/_fastscan.c), built by pip where a compiler is
     from alarm.collectors.kernel import _fastscan as _native
@@ -269,6 +271,8 @@ class FlowScan:
     # Newest record time among the headers the native scanner read (the regex path: among
     # the fence lines, forged ones included).
     max_ts: float = 0.0
+    # The message of the first forged record, sanitised and bounded (None: none forged).
+    forged_sample: str | None = None
 
     def identities(self) -> list[Identity]:
         return [
@@ -364,6 +368,7 @@ class FlowScan:
         self.records += other.records
         self.parse_errors += other.parse_errors
         self.forged += other.forged
+        self.forged_sample = self.forged_sample or other.forged_sample
         self.handed_back += other.handed_back
         self.max_ts = max(self.max_ts, other.max_ts)
         if not len(other.ids):
@@ -467,17 +472,67 @@ def scan_flows(
             max_ts=result.max_ts,
         )
         scan.add_rows(result.rows, tick)
-        return scan
-    scan, fallback = _native_scan(data, _NATIVE_FORMATS[fmt], prefixes, tick, year, boot_wall)
-    if fallback:
-        scan.handed_back = fallback.count(b"\n")
-        text = fallback.decode("utf-8", "replace")
-        rest = scan_text(text, fmt, prefixes, year, boot_wall=boot_wall)
-        scan.parse_errors += rest.parse_errors
-        scan.forged += rest.forged
-        scan.max_ts = max(scan.max_ts, rest.max_ts)
-        scan.add_rows(rest.rows, tick)
+    else:
+        scan, fallback = _native_scan(data, _NATIVE_FORMATS[fmt], prefixes, tick, year, boot_wall)
+        if fallback:
+            scan.handed_back = fallback.count(b"\n")
+            text = fallback.decode("utf-8", "replace")
+            rest = scan_text(text, fmt, prefixes, year, boot_wall=boot_wall)
+            scan.parse_errors += rest.parse_errors
+            scan.forged += rest.forged
+            scan.max_ts = max(scan.max_ts, rest.max_ts)
+            scan.add_rows(rest.rows, tick)
+    if scan.forged:
+        scan.forged_sample = find_forged(data, fmt, prefixes)
     return scan
+
+
+def forged_sample_text(message: str) -> str:
+    """A forged record's message as its sample line: made safe to show and bounded (the
+    forged-records alert carries it, exporters/payload.py)."""
+    return sanitize(message, FORGED_SAMPLE_CHARS)
+
+
+def _untrusted_kmsg(prefixes: tuple[str, ...]) -> re.Pattern[bytes]:
+    """kmsg lines of a facility other than the kernel's (PRI 8 and up) whose message starts
+    with a prefix: the only lines a kmsg scan counts as forged."""
+    alts = b"|".join(re.escape(p.encode()) for p in sorted(set(prefixes), key=len, reverse=True))
+    return re.compile(
+        rb"(?m)^0*(?:[89]|[1-9]\d{1,9}),\d{1,20},\d{1,20},[^;\n]*;((?:" + alts + rb")[^\n]*)"
+    )
+
+
+def find_forged(data: bytes, fmt: str, prefixes: tuple[str, ...]) -> str | None:
+    """The message of the first record in ``data`` that a scan counts as forged (a
+    well-formed fence record the kernel provably did not write), as a bounded, sanitised
+    sample; None where there is none.  Called only for chunks with forged records: a kmsg
+    chunk is searched by one regex for untrusted lines, a journal export entry by entry."""
+    if fmt == "kmsg":
+        for m in _untrusted_kmsg(prefixes).finditer(data):
+            message = m.group(1).decode("utf-8", "replace")
+            if _fence_or_none(message, prefixes):
+                return forged_sample_text(message)
+        return None
+    if fmt != "journal-json":
+        return None  # syslog and dmesg cannot prove origin: nothing there is forged
+    needles = tuple(p.encode() for p in prefixes)
+    for line in data.splitlines():
+        if not any(n in line for n in needles):
+            continue
+        try:
+            rec = parse_journal_json(loads_json(line))
+        except (ValueError, TypeError):
+            continue
+        if rec is not None and not rec.trusted and _fence_or_none(rec.message, prefixes):
+            return forged_sample_text(rec.message)
+    return None
+
+
+def _fence_or_none(message: str, prefixes: tuple[str, ...]) -> bool:
+    try:
+        return parse_fence(message, prefixes) is not None
+    except FenceParseError:
+        return False
 
 
 def _ascii(prefixes: tuple[str, ...]) -> bool:

@@ -24,6 +24,8 @@ from alarm.collectors.base import SourceSettings
 from alarm.collectors.kernel.fastscan import (
     FlowScan,
     Row,
+    find_forged,
+    forged_sample_text,
     live_formats,
     native_available,
     scan_flows,
@@ -173,6 +175,8 @@ class FenceRead:
     events: WriteEvents | None
     parse_errors: int = 0
     forged: int = 0
+    # The first forged record's message, sanitised and bounded: the alert's sample line.
+    forged_sample: str | None = None
 
 
 class FenceReader:
@@ -210,6 +214,8 @@ class FenceReader:
                 continue
             if self.require_trusted and not rec.trusted:
                 out.forged += 1
+                if out.forged_sample is None:
+                    out.forged_sample = forged_sample_text(rec.message)
                 continue
             rows.append(
                 (
@@ -262,6 +268,8 @@ class FenceReader:
         )
         out = self.read(parse_lines(rest) if rest else [], scan)
         out.forged += scan.forged
+        if scan.forged and out.forged_sample is None:
+            out.forged_sample = find_forged(data, fmt, self.prefixes)
         return out, scan.max_ts
 
     def _native(
@@ -299,4 +307,16 @@ class FenceReader:
         )
         out.parse_errors += scan.parse_errors
         out.forged += scan.forged
+        if scan.forged and out.forged_sample is None:
+            # Only records the source could not vouch for are forged: few, and looked at
+            # only when the scan found one.
+            for rec in records:
+                msg = rec.message
+                if not rec.trusted and msg.startswith(prefixes) and "\n" not in msg:
+                    try:
+                        if parse_fence(msg, prefixes) is not None:
+                            out.forged_sample = forged_sample_text(msg)
+                            break
+                    except FenceParseError:
+                        continue
         return scan, rest

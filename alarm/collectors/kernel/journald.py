@@ -301,6 +301,7 @@ class JournaldCollector:
                         {k: n for k, n in counts.items() if n},
                         position,
                         watermark=last_ts,
+                        forged_sample=read.forged_sample,
                     )
                 )
                 if chunk.cursor:

@@ -227,6 +227,7 @@ class KmsgCollector:
                         {k: n for k, n in counts.items() if n},
                         position if position is not self.position else None,
                         watermark=chunk.last_ts or None,
+                        forged_sample=read.forged_sample,
                     )
                 )
                 prev_seq = chunk.last_seq
