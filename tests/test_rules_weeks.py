@@ -283,3 +283,18 @@ def test_the_hours_the_service_was_down_are_no_history_of_the_members_rule():
     rule.history[:, down] = 99.0  # what those slots held KEPT_HOURS ago
     replay(resumed, nbytes[:2], start=3 * DAY)  # back a day later
     assert (rule.history[:, down[:-1]] == -1.0).all(), "hours it was down kept stale counts"
+
+
+def test_a_weekly_jobs_second_run_larger_than_its_first_is_folded_as_its_repeat():
+    """A job whose data grows: its second run carries 1.6x its first.  One earlier run says
+    nothing of how much the runs vary, so the first repeat is folded within 2x; from the
+    third run on, the runs so far are precedent within 1.3x."""
+    rng = np.random.default_rng(9)
+    det = detector([{"name": "export", "kind": "fs"}])
+    nbytes = strays(rng, 4 * WEEK, 0.2).astype(np.float64)
+    for w, scale in enumerate((1.0, 1.6, 1.1, 1.0)):
+        start = w * WEEK + 2 * DAY + 3 * HOUR
+        nbytes[start : start + HOUR // 2] += scale * 300e6 / (HOUR // 2)
+    fired = replay(det, nbytes)
+    weeks = sorted({t // WEEK for t, _ in fired})
+    assert weeks in ([], [0]), f"runs after the first paged: weeks {weeks}"

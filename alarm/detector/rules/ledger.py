@@ -303,11 +303,23 @@ class Ledger:
         kept = np.sort(maxima, axis=2)
         return kept[:, :, -1], kept[:, :, -2]
 
+    def weekly_hours(self, rows: np.ndarray) -> np.ndarray:
+        """(weeks, rows): the largest hour of bits of each kept week before this one (0 for a
+        week not kept or not lived): how many weeks a surface did something, not only how
+        much it did at most."""
+        week = int((self.block_index * BLOCK) // WEEK)
+        live = (self.week_of > week - WEEKS) & (self.week_of < week)
+        hours = self.week_max[HOUR, 0][:, rows].astype(np.float64)
+        hours[~live] = 0.0
+        return hours
+
     def hour_of_week(self, start: float, rows: np.ndarray) -> np.ndarray:
-        """Per row, the largest hour of bits at this hour of the week or the hours either
-        side, in the previous weeks (the current week's hours are not precedent yet)."""
+        """Per row, the largest hour of bits at this hour of the week, the hour after it and
+        the two before it, in the previous weeks (the current week's hours are not precedent
+        yet).  Two before: the spike rule's 30-minute statistic decays for an hour or two
+        after a big run ends, and fires then if the run was larger than the last."""
         hour = int((start % WEEK) // 3600.0)
-        slots = [(hour + d) % HOURS_A_WEEK for d in (-1, 0, 1)]
+        slots = [(hour + d) % HOURS_A_WEEK for d in (-2, -1, 0, 1)]
         both = np.maximum(self.slot_a[slots][:, rows], self.slot_b[slots][:, rows])
         return both.max(axis=0).astype(np.float64)
 
