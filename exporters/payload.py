@@ -69,8 +69,10 @@ def human_bytes(n: float) -> str:
 
 
 # The fields of a receipt an operator re-checks without trusting capalarm: the file's
-# device:inode and the sha256 of its first bytes (fs), the artifact's digest (registries).
-HANDLE_FIELDS = ("dev_ino", "size", "sha256", "sha256_bytes", "digest")
+# device:inode and the sha256 of its first bytes (fs), the artifact's digest (registries),
+# the socket owner's UID the egress fence logged (``log flags skuid``) and the log prefix of a
+# workload's own fence rule (``socket cgroupv2``).
+HANDLE_FIELDS = ("dev_ino", "size", "sha256", "sha256_bytes", "digest", "uid", "prefix")
 
 
 def handles(receipt: Any) -> dict[str, Any]:
@@ -93,6 +95,10 @@ def handle_text(h: dict[str, Any]) -> str:
         parts.append(f"sha256 {h['sha256']}{first}")
     if "digest" in h:
         parts.append(f"digest {h['digest']}")
+    if "uid" in h:
+        parts.append(f"uid {h['uid']}")
+    if "prefix" in h:
+        parts.append(f"fence rule {h['prefix']}")
     return ", ".join(parts)
 
 

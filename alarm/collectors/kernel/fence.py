@@ -7,7 +7,10 @@ and sums the rest per (tick, flow) into columns.  Large batches go through the n
 small ones record by record through ``parse_fence``; both give the same cells (tests).
 
 A flow is (destination, protocol, port, output interface, uid, log prefix): the egress
-classifier's input.  Its contributor name is ``10.0.0.5:443/TCP``.
+classifier's input.  Its contributor name is ``10.0.0.5:443/TCP``; where the fence logs the
+socket's owner (``log flags skuid``: ``UID= GID=``), the UIDs that wrote to it are the
+contributor's evidence (``{"uid": "1000"}``), and so is a log prefix that names more than the
+fence (one per workload's cgroup: ``"EGRESS_FENCE agent-17"``); never a label.
 """
 
 from __future__ import annotations
@@ -74,7 +77,13 @@ class FlowSubjects:
         )
 
     def evidence(self, i: int) -> dict[str, Any] | None:
-        return None
+        out: dict[str, Any] = {}
+        uid, prefix = int(self.scan.id_uid[i]), self.scan.prefixes[self.scan.id_prefix[i]]
+        if uid >= 0:
+            out["uid"] = str(uid)
+        if " " in prefix:
+            out["prefix"] = prefix
+        return out or None
 
     def contributor_table(self) -> FlowContributors | None:
         """The flows' contributors by key (None: a key would not fit in int64, only on
@@ -101,11 +110,12 @@ class FlowContributors:
 
     def __init__(self, scan: FlowScan):
         self.scan = scan
-        self.evidence: dict[int, dict[str, Any]] | None = None  # flows carry no receipt
         # key = (dst * PORTS + port + 1) * protocols + protocol: distinct per flow name.
         key = (scan.id_dst * _PORTS + scan.id_dpt + 1) * max(len(scan.protos), 1) + scan.id_proto
         self._keys, self.of_subject = np.unique(key, return_inverse=True)
         self.count = len(self._keys)
+        # Who the fence says wrote, per contributor (None: it says nothing).
+        self.evidence: FlowOwners | None = owners(scan, self.of_subject)
         # (destination -> its index, protocol part "/TCP" -> its index), for ``find``.
         self._index: tuple[dict[str, int], dict[str, int]] | None = None
 
@@ -153,6 +163,66 @@ class FlowContributors:
 
 # Port values a key leaves room for: -1 (none) to 99999 (DPT= reads at most five digits).
 _PORTS = 1 << 17
+# UIDs (and prefixes) named in one contributor's evidence; more are summed up as "+N".
+MAX_OWNERS_SHOWN = 4
+
+
+class FlowOwners:
+    """Per contributor index, who the fence says wrote to it, as a receipt: the UIDs of the
+    sending sockets' owners (``log flags skuid``), ``{"uid": "1000"}`` or ``"1000,1001,+3"``,
+    and the log prefixes that name more than the fence (one rule per workload's cgroup,
+    ``socket cgroupv2 ... log prefix "EGRESS_FENCE agent-17 "``), ``{"prefix": ...}``.  Made
+    only for the contributors asked (``get``): a batch may name few of thousands."""
+
+    __slots__ = ("_columns", "_contributor", "_prefixes", "_sorted")
+
+    def __init__(
+        self, contributor: np.ndarray, uid: np.ndarray, prefix: np.ndarray, names: list[str]
+    ):
+        self._contributor = contributor  # per flow that names an owner: its contributor
+        self._columns = (uid, prefix)  # its UID (-1: none) and prefix (-1: the bare fence)
+        self._prefixes = names
+        self._sorted = False
+
+    def __bool__(self) -> bool:
+        return bool(len(self._contributor))
+
+    def get(self, index: int, default: Any = None) -> dict[str, Any] | None:
+        if not self._sorted:  # by contributor: one binary search per question
+            order = np.argsort(self._contributor, kind="stable")
+            self._contributor = self._contributor[order]
+            self._columns = (self._columns[0][order], self._columns[1][order])
+            self._sorted = True
+        lo, hi = np.searchsorted(self._contributor, [index, index + 1]).tolist()
+        if lo == hi:
+            return default
+        out: dict[str, Any] = {}
+        uid, prefix = self._columns
+        uids = sorted(set(uid[lo:hi].tolist()) - {-1})
+        if uids:
+            out["uid"] = _listed([str(u) for u in uids])
+        named = sorted({self._prefixes[p] for p in set(prefix[lo:hi].tolist()) - {-1}})
+        if named:
+            out["prefix"] = _listed(named)
+        return out
+
+
+def _listed(values: list[str]) -> str:
+    shown = values[:MAX_OWNERS_SHOWN]
+    if len(values) > MAX_OWNERS_SHOWN:
+        shown.append(f"+{len(values) - MAX_OWNERS_SHOWN}")
+    return ",".join(shown)
+
+
+def owners(scan: FlowScan, of_flow: np.ndarray) -> FlowOwners | None:
+    """The owners of a scan's flows by contributor (``of_flow``: each flow's contributor);
+    None where no flow names one."""
+    named = np.array([" " in p for p in scan.prefixes] + [False], dtype=bool)
+    prefix = np.where(named[scan.id_prefix], scan.id_prefix, -1)
+    keep = (scan.id_uid >= 0) | (prefix >= 0)
+    if not keep.any():
+        return None
+    return FlowOwners(of_flow[keep], scan.id_uid[keep], prefix[keep], scan.prefixes)
 
 
 def flow_events(scan: FlowScan, tick: float) -> WriteEvents | None:
