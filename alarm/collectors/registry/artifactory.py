@@ -101,8 +101,10 @@ class ArtifactoryAdapter:
             )
             return
         offset = reported = 0
+        trail = cycle.pages("items.find")
         while True:
             cursor = state["cursor"]
+            trail.visit(f"{cursor} {offset}")
             cursor_ts = parse_time(cursor) or 0.0
             boundary = set(state.get("boundary") or [])
             page = await self._results(cycle, self.query(cursor, offset=offset))

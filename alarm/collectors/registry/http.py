@@ -4,6 +4,12 @@
   (``oversized_responses``); a ``Content-Length`` above the cap is refused before any of it is
   read, so a 2 GB (or endless) body costs one cap of memory at most.  Decompression happens
   before the count, so a gzip bomb is capped the same way.
+- **Bounded polls.**  What one poll holds at once of bodies — the bytes being read, and while
+  a body is decoded its bytes, its text and an upper estimate of its decoded objects
+  (decode.py) — is charged to the poll's :class:`PollBudget` and kept within
+  ``max_poll_bytes``; past it the poll fails (``poll_bytes_exceeded``).  A URL longer than
+  ``max_url_bytes`` (a paging link or redirect a server made up) is not requested
+  (``urls_too_long``).
 - **Timeouts.**  Each attempt has a total deadline (connect to last byte, aiohttp
   ``ClientTimeout(total=...)``): a server that drips one byte a second is cut off (``timeouts``).
 - **Retries** of idempotent requests (GET, HEAD) on connection errors, timeouts, 5xx and 429,
@@ -50,6 +56,7 @@ from urllib.parse import urljoin, urlsplit
 from multidict import CIMultiDict, CIMultiDictProxy
 from pydantic import SecretStr
 
+from alarm.collectors.registry.decode import decoded_estimate
 from alarm.collectors.registry.settings import RegistryBase
 from alarm.collectors.registry.token_auth import (
     MAX_TOKEN_BYTES,
@@ -84,6 +91,8 @@ COUNTERS: dict[str, str] = {
     "credentials_withheld": "Redirects to another origin, followed without the credentials.",
     "redirects_refused": "Redirects to an origin allow_redirect_hosts does not allow (failed polls).",
     "tokens_fetched": "Bearer tokens fetched from an OCI registry's token realm (token auth).",
+    "poll_bytes_exceeded": "Polls that would have held more of response bodies than max_poll_bytes (failed polls).",
+    "urls_too_long": "URLs over max_url_bytes (paging links, tokens, redirects) not requested (failed polls).",
 }
 TOKEN_APIS = frozenset({"oci", "docker"})
 
@@ -152,6 +161,19 @@ def retry_after_seconds(value: str | None, now: float) -> float | None:
     return retry_after(value, now, MAX_RETRY_AFTER)
 
 
+def _origin_prefix(url: str) -> str:
+    """``scheme://host[:port]/`` as the URLs built from ``url`` begin (lower case scheme and
+    host); a URL that begins so is on ``url``'s origin."""
+    parts = urlsplit(url)
+    if parts.username is not None or parts.password is not None:
+        return "\0"  # userinfo in the URL: compare parsed origins only
+    host = (parts.hostname or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    port = f":{parts.port}" if parts.port is not None else ""
+    return f"{parts.scheme}://{host}{port}/"
+
+
 def safe_url(url: str) -> str:
     """The URL without userinfo and query (a query may carry a token), for messages."""
     parts = urlsplit(url)
@@ -165,7 +187,7 @@ class Reply:
     status: int
     url: str  # after redirects
     headers: CIMultiDictProxy[str]
-    body: bytes
+    body: bytes | bytearray  # a large body stays the buffer it was read into
 
     def json(self) -> Any:
         """The body as JSON; anything else is a :class:`PollError` (garbage)."""
@@ -190,6 +212,37 @@ class Reply:
 
 class GarbageResponse(PollError):
     """A body that is not what the API documents."""
+
+
+class PollBudget:
+    """The bytes of response bodies one poll holds at once, kept within ``max_poll_bytes``.
+
+    Charged while a body is read (its bytes so far) and while it is decoded (decode.py's
+    estimate of bytes, text and objects); what an adapter keeps afterwards is its own compact
+    state (hashes, a few fields of new items), bounded by ``max_items``.  ``take`` past the
+    limit raises :class:`PollError` (``poll_bytes_exceeded``): the poll fails and is
+    reported, the next one tries again."""
+
+    __slots__ = ("counts", "held", "limit", "peak")
+
+    def __init__(self, limit: int, counts: Counter[str]):
+        self.limit = limit
+        self.held = 0
+        self.peak = 0
+        self.counts = counts
+
+    def take(self, n: int, url: str, what: str = "a body") -> None:
+        if self.held + n > self.limit:
+            self.counts["poll_bytes_exceeded"] += 1
+            raise PollError(
+                f"{safe_url(url)}: {what} would have this poll hold {self.held + n} bytes of "
+                f"responses, over max_poll_bytes ({self.limit})"
+            )
+        self.held += n
+        self.peak = max(self.peak, self.held)
+
+    def give(self, n: int) -> None:
+        self.held -= n
 
 
 class RegistryClient:
@@ -221,6 +274,15 @@ class RegistryClient:
         self.cookies = cookies
         api = str(getattr(settings, "api", ""))
         self.tokens: TokenCache | None = TokenCache() if api in TOKEN_APIS else None
+        self.budget = PollBudget(settings.max_poll_bytes, counts)
+        # Requests to URLs starting with this are on the home origin without parsing them
+        # (the common case, once per request).
+        self._home_prefix = _origin_prefix(self.home_url)
+
+    def begin_poll(self) -> PollBudget:
+        """A fresh budget for a new poll (what a failed poll left charged is dropped)."""
+        self.budget = PollBudget(self.settings.max_poll_bytes, self.counts)
+        return self.budget
 
     async def __aenter__(self) -> RegistryClient:
         ctx = ssl.create_default_context(cafile=self.settings.ca_file)
@@ -306,9 +368,19 @@ class RegistryClient:
         reply = await self.get(url, **kw)
         if reply.status == 304:
             return reply, None
-        if len(reply.body) > PARSE_OFF_LOOP_BYTES:
-            return reply, await asyncio.to_thread(reply.json)
-        return reply, reply.json()
+        return reply, await self.decode(reply)
+
+    async def decode(self, reply: Reply) -> Any:
+        """The body as JSON, its decoding charged to the poll's budget (bytes, text and the
+        estimated objects together), in a worker thread when large."""
+        need = decoded_estimate(reply.body)
+        self.budget.take(need, reply.url, f"decoding {len(reply.body)} bytes of JSON")
+        try:
+            if len(reply.body) > PARSE_OFF_LOOP_BYTES:
+                return await asyncio.to_thread(reply.json)
+            return reply.json()
+        finally:
+            self.budget.give(need)
 
     async def send(
         self,
@@ -374,8 +446,14 @@ class RegistryClient:
         after a POST) is returned, not followed (an upload must not become a read)."""
         challenged = False
         for _ in range(MAX_REDIRECTS + 2):
+            if len(url) > self.settings.max_url_bytes:
+                self.counts["urls_too_long"] += 1
+                raise PollError(
+                    f"{safe_url(url)}: URL of {len(url)} bytes, over max_url_bytes "
+                    f"({self.settings.max_url_bytes}): not requested"
+                )
             sent = dict(headers)
-            home = origin(url) == self.home
+            home = url.startswith(self._home_prefix) or origin(url) == self.home
             if home:
                 self._authorize(sent, method, url)
             reply = await self._once(method, url, sent, max_bytes, data)
@@ -485,13 +563,41 @@ class RegistryClient:
                 self.counts["oversized_responses"] += 1
                 raise PollError(f"{safe_url(url)}: body of {declared} bytes over the {cap} cap")
             else:
-                buf = bytearray()
-                async for chunk in resp.content.iter_chunked(64 * 1024):
-                    buf += chunk
-                    if len(buf) > cap:
-                        self.counts["oversized_responses"] += 1
-                        raise PollError(f"{safe_url(url)}: body over the {cap} byte cap")
-                body = bytes(buf)
+                body = await self._read(resp.content, url, cap, declared)
             return Reply(
                 resp.status, str(resp.url), CIMultiDictProxy(CIMultiDict(resp.headers)), body
             )
+
+    async def _read(
+        self, content: Any, url: str, cap: int, declared: int | None
+    ) -> bytes | bytearray:
+        """The body, at most ``cap`` bytes, charged to the poll's budget while it is read.
+        One buffer, grown in place and never copied (``bytes(buf)`` of a grown bytearray,
+        or a join of the chunks, held the body twice at the end)."""
+        budget = self.budget
+        charged = 0
+        first: bytes | None = None
+        buf: bytearray | None = None
+        try:
+            if declared is not None:
+                budget.take(declared, url, f"a body of {declared} bytes")
+                charged = declared
+            size = 0
+            async for chunk in content.iter_chunked(256 * 1024):
+                size += len(chunk)
+                if size > cap:
+                    self.counts["oversized_responses"] += 1
+                    raise PollError(f"{safe_url(url)}: body over the {cap} byte cap")
+                if size > charged:
+                    budget.take(size - charged, url)
+                    charged = size
+                if first is None:
+                    first = chunk
+                elif buf is None:
+                    buf = bytearray(first)
+                    buf += chunk
+                else:
+                    buf += chunk
+            return buf if buf is not None else (first or b"")
+        finally:
+            budget.give(charged)

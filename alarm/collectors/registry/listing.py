@@ -83,6 +83,10 @@ def _diff_large(
     return new, keep, duplicates, shrink_kept
 
 
+def page_digest(body: bytes | bytearray) -> bytes:
+    return hashlib.blake2b(body, digest_size=16).digest()
+
+
 def hashes_of(identities: Iterable[str]) -> np.ndarray:
     return np.fromiter((identity_hash(i) for i in identities), dtype=np.uint64)
 
@@ -91,6 +95,10 @@ def hashes_of(identities: Iterable[str]) -> np.ndarray:
 class Group:
     hashes: bytes  # sorted uint64, native order
     validator: dict[str, str] | None = None
+    # A 16-byte BLAKE2b digest of the page this group was last read from (in memory only):
+    # the same bytes again list the same artifacts, so the page need not be parsed, hashed
+    # or diffed (a validator computed here, for servers that send none).
+    page: bytes | None = None
 
     def known(self) -> np.ndarray:
         return np.frombuffer(self.hashes, dtype=np.uint64)
@@ -155,6 +163,24 @@ class ArtifactIndex:
     def validator(self, group: str) -> dict[str, str] | None:
         g = self.groups.get(group)
         return g.validator if g is not None else None
+
+    def same_page(self, group: str, page: bytes, validator: dict[str, str] | None) -> bool:
+        """Whether ``group`` was last read from exactly this page (its digest, see
+        :func:`page_digest`) with the same validator: then nothing in it changed."""
+        g = self.groups.get(group)
+        return (
+            g is not None
+            and g.page is not None
+            and g.page == page
+            and g.validator == (validator or None)
+            and group not in self.relearn
+        )
+
+    def note_page(self, group: str, page: bytes) -> None:
+        """After :meth:`commit`: the group now describes the page with this digest."""
+        g = self.groups.get(group)
+        if g is not None:
+            g.page = page
 
     def diff(
         self, group: str, current: np.ndarray, validator: dict[str, str] | None = None

@@ -73,7 +73,9 @@ class MediaWikiAdapter:
             return
         reported = 0
         cont: dict[str, Any] = {}
+        trail = cycle.pages("recentchanges")
         while True:
+            trail.visit(repr(sorted(cont.items())))
             params = self._rc_params(rcdir="newer", rclimit=self.page_size, **cont)
             if state.get("ts"):
                 params["rcstart"] = state["ts"]

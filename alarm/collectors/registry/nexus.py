@@ -53,7 +53,8 @@ class NexusAdapter:
         # Items not known before (candidates): their metadata is kept until the diff.
         candidates: dict[int, dict[str, Any]] = {}
         known: dict[str, set[int]] = {}
-        tokens: set[str] = set()
+        # Tokens kept as 8-byte hashes; a repeated, endless or enormous one fails the poll.
+        trail = cycle.pages("assets", "continuationToken repeats")
         listed = 0
         token: str | None = None
         while True:
@@ -87,9 +88,7 @@ class NexusAdapter:
             if not token:
                 break
             token = str(token)
-            if token in tokens:
-                raise GarbageResponse("assets: continuationToken repeats")
-            tokens.add(token)
+            trail.visit(token)
         for group, values in hashes.items():
             if not cycle.wanted(group):
                 continue

@@ -74,8 +74,10 @@ class NpmAdapter:
             modified = await self._list_all(cycle)
             await self._read_packages(cycle, [n for n in modified if cycle.wanted(n)], modified)
             return
+        trail = cycle.pages("_changes")
         while True:
             since = cycle.state["seq"]
+            trail.visit(str(since))
             _, doc = await client.get_json(
                 f"{self.base}_changes?since={quote(str(since))}&limit={CHANGES_LIMIT}"
             )
@@ -113,7 +115,9 @@ class NpmAdapter:
     async def _search(self, cycle: Cycle) -> dict[str, str]:
         out: dict[str, str] = {}
         offset = 0
+        trail = cycle.pages("-/v1/search")
         while True:
+            trail.visit(str(offset))
             _, doc = await cycle.client.get_json(
                 f"{self.base}-/v1/search?text=&size={SEARCH_PAGE}&from={offset}"
             )

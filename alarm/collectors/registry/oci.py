@@ -63,12 +63,10 @@ class OciAdapter:
 
     async def _paged(self, cycle: Cycle, url: str, key: str) -> list[str]:
         out: list[str] = []
-        seen_urls: set[str] = set()
+        trail = cycle.pages(key)  # bounded: a Link loop or endless links fail the poll
         next_url: str | None = url
         while next_url is not None:
-            if next_url in seen_urls:  # a Link loop: a lying server
-                raise GarbageResponse(f"{key}: pagination loops")
-            seen_urls.add(next_url)
+            trail.visit(next_url)
             reply, doc = await cycle.client.get_json(next_url)
             items = doc.get(key) if isinstance(doc, dict) else None
             if items is None and isinstance(doc, dict) and key in doc:

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 from alarm.collectors.registry.canary import RegistryCanary
 from alarm.collectors.registry.http import GarbageResponse, PollError, RegistryClient, RetryLater
 from alarm.collectors.registry.listing import ArtifactIndex
+from alarm.collectors.registry.paging import PageTrail
 from alarm.collectors.registry.recent import RecentlyCounted, fingerprint
 from alarm.collectors.registry.settings import RegistryBase
 from alarm.collectors.registry.sight import Sight, age_text, shown_url
@@ -78,6 +79,7 @@ COUNTERS: dict[str, str] = {
     "sizes_unknown": "Artifacts whose size the API did not give and HEAD could not learn.",
     "groups_forgotten": "Packages, images or pages no longer listed, dropped from the index.",
     "ledger_rows_invalid": "Saved listing rows that could not be read: re-learned.",
+    "pages_over_limit": "Paged listings with more than max_pages pages in one poll (failed polls).",
     "items_reappeared": "Artifacts back in a listing unchanged after dropping out of it (a lagging replica, a flapping cache): counted once, not again.",
 }
 
@@ -151,6 +153,12 @@ class Cycle:
 
     def wanted(self, repository: str) -> bool:
         return self.poller.wanted(repository)
+
+    def pages(self, what: str, loop: str = "pagination loops") -> PageTrail:
+        """The trail of one paged listing in this poll (paging.py): bounded, loop-proof;
+        ``loop`` is what a repeated page is called in the poll's error."""
+        s = self.settings
+        return PageTrail(what, s.max_pages, s.max_url_bytes, self.counts, loop)
 
     def stamp(self, uploaded_at: float | None) -> float:
         now = time.time()
@@ -396,6 +404,7 @@ class RegistryPoller:
             await asyncio.sleep(min(after, BLIND_RECHECK))
 
     async def poll_once(self, client: RegistryClient, emit: Emit, started: float) -> bool:
+        client.begin_poll()
         cycle = Cycle(self, client, emit, started)
         try:
             if self.canary is None:

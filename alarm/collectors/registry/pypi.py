@@ -20,13 +20,25 @@
 from __future__ import annotations
 
 import asyncio
+from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit
 
-from alarm.collectors.registry.http import GarbageResponse, PollError, Reply
-from alarm.collectors.registry.listing import hashes_of
+import numpy as np
+
+from alarm.collectors.registry.decode import element_at, object_with_array, text_estimate
+from alarm.collectors.registry.http import (
+    PARSE_OFF_LOOP_BYTES,
+    GarbageResponse,
+    PollError,
+    RegistryClient,
+    Reply,
+    safe_url,
+)
+from alarm.collectors.registry.listing import hashes_of, identity_hash, page_digest
 from alarm.collectors.registry.names import normalize
 from alarm.collectors.registry.poller import Cycle, parse_time
 
@@ -36,6 +48,9 @@ ACCEPT = (
 )
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 PROJECTS_AT_ONCE = 64  # project pages in flight at once (the client limits connections)
+# JSON pages larger than this are read without decoding their array whole (decode.py): a
+# page of 64 KiB is about 200 files; a real project past that is rare, a hostile one common.
+STREAM_BYTES = 64 * 1024
 _SDIST = (".tar.gz", ".tar.bz2", ".tgz", ".zip", ".tar.xz", ".tar")
 
 
@@ -99,43 +114,172 @@ def is_json(reply: Reply) -> bool:
     return reply.headers.get("Content-Type", "").split(";")[0].strip() == JSON_TYPE
 
 
-def project_names(reply: Reply) -> list[str]:
-    if is_json(reply):
-        doc = reply.json()
+def _dist_file(base: str, f: dict[str, Any]) -> DistFile:
+    """A PEP 691 file entry as a record: its URL joined and its time parsed (new files only)."""
+    hashes = f.get("hashes") if isinstance(f.get("hashes"), dict) else {}
+    size = f.get("size")
+    return DistFile(
+        f["filename"],
+        urljoin(base, str(f.get("url", ""))),
+        str(hashes["sha256"]) if "sha256" in hashes else None,
+        size if isinstance(size, int) and not isinstance(size, bool) else None,
+        parse_time(f.get("upload-time")),
+    )
+
+
+def _json_identity(f: Any) -> str | None:
+    """``filename#sha256`` of a PEP 691 file entry; None for an entry without a filename."""
+    if not isinstance(f, dict):
+        return None
+    filename = f.get("filename")
+    if not isinstance(filename, str):
+        return None
+    hashes = f.get("hashes")
+    if isinstance(hashes, dict) and "sha256" in hashes:
+        return f"{filename}#{hashes['sha256']}"
+    return f"{filename}#"
+
+
+@dataclass(slots=True)
+class Listing:
+    """A project page's files: every file's identity, and its full record built only when
+    asked for (``file(i)``: the URL joined, the time parsed) — for the new ones.  A steady
+    poll of an unchanged page builds none."""
+
+    hashes: np.ndarray  # identity hashes (listing.py), in listing order
+    file: Callable[[int], DistFile]
+    held: int  # bytes charged to the poll's budget while the listing is alive
+
+
+def _listing_json_small(reply: Reply, doc: Any) -> Listing:
+    if not isinstance(doc, dict) or not isinstance(doc.get("files"), list):
+        raise GarbageResponse(f"{reply.url}: no 'files' list")
+    entries: list[dict[str, Any]] = []
+    identities: list[str] = []
+    for f in doc["files"]:
+        identity = _json_identity(f)
+        if identity is not None:
+            entries.append(f)
+            identities.append(identity)
+    base = reply.url
+    return Listing(hashes_of(identities), lambda i: _dist_file(base, entries[i]), 0)
+
+
+def _listing_json_streamed(reply: Reply) -> Listing:
+    """A large page without decoding its ``files`` array whole: each entry is decoded,
+    reduced to its identity's hash and its place in the text, and dropped; new ones are
+    decoded again from there.  Holds the text (charged by the caller) and 16 bytes an
+    entry."""
+    text = reply.body.decode("utf-8")
+    starts = array("q")
+    hashes = array("Q")
+
+    def each(f: Any, start: int, end: int) -> None:
+        identity = _json_identity(f)
+        if identity is not None:
+            starts.append(start)
+            hashes.append(identity_hash(identity))
+
+    try:
+        members = object_with_array(text, "files", each)
+    except ValueError as exc:
+        raise GarbageResponse(f"{safe_url(reply.url)}: not a PEP 691 page ({exc})") from None
+    if members.get("files") is not True:
+        raise GarbageResponse(f"{reply.url}: no 'files' list")
+    base = reply.url
+    found = np.frombuffer(hashes, dtype=np.uint64) if hashes else np.empty(0, np.uint64)
+    return Listing(found, lambda i: _dist_file(base, element_at(text, starts[i])), 0)
+
+
+def _listing_html(reply: Reply) -> Listing:
+    links = anchors(reply.text())
+    identities: list[str] = []
+    for href, text in links:
+        fragment = href.partition("#")[2]
+        sha256 = fragment[7:] if fragment.startswith("sha256=") else ""
+        identities.append(f"{text or _filename_of(reply.url, href)}#{sha256}")
+    base = reply.url
+
+    def file(i: int) -> DistFile:
+        href, text = links[i]
+        path, _, fragment = urljoin(base, href).partition("#")
+        sha256 = fragment[7:] if fragment.startswith("sha256=") else None
+        return DistFile(text or _filename_of(base, href), path, sha256, None, None)
+
+    return Listing(hashes_of(identities), file, 0)
+
+
+def _filename_of(base: str, href: str) -> str:
+    path = urljoin(base, href).partition("#")[0]
+    return unquote(urlsplit(path).path.rsplit("/", 1)[-1])
+
+
+def html_estimate(body: bytes) -> int:
+    """Upper estimate of what a PEP 503 page holds parsed: bytes, text and per anchor a pair
+    of strings (about 160 bytes besides their text)."""
+    return len(body) + 2 * text_estimate(body) + 160 * body.count(b"<a")
+
+
+async def project_names(client: RegistryClient, reply: Reply) -> list[str]:
+    if not is_json(reply):
+        need = html_estimate(reply.body)
+        client.budget.take(need, reply.url, "parsing the index page")
+        try:
+            return [text for _, text in anchors(reply.text()) if text]
+        finally:
+            client.budget.give(need)
+    if len(reply.body) <= STREAM_BYTES:
+        doc = await client.decode(reply)
         if not isinstance(doc, dict) or not isinstance(doc.get("projects"), list):
             raise GarbageResponse(f"{reply.url}: no 'projects' list")
         return [str(p["name"]) for p in doc["projects"] if isinstance(p, dict) and "name" in p]
-    return [text for _, text in anchors(reply.text()) if text]
+    names: list[str] = []
+
+    def each(p: Any, start: int, end: int) -> None:
+        if isinstance(p, dict) and "name" in p:
+            names.append(str(p["name"]))
+
+    need = len(reply.body) + text_estimate(reply.body)
+    client.budget.take(need, reply.url, "reading the index page")
+    try:
+        members = await asyncio.to_thread(
+            object_with_array, reply.body.decode("utf-8"), "projects", each
+        )
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise GarbageResponse(f"{safe_url(reply.url)}: not a PEP 691 index ({exc})") from None
+    finally:
+        client.budget.give(need)
+    if members.get("projects") is not True:
+        raise GarbageResponse(f"{reply.url}: no 'projects' list")
+    return names
 
 
-def files_of(reply: Reply) -> list[DistFile]:
-    out = []
+async def listing_of(client: RegistryClient, reply: Reply) -> Listing:
+    """A project page's listing, its memory charged to the poll's budget: a small JSON page
+    while it is decoded, a large one (streamed) and an HTML one for as long as the listing
+    lives (the caller gives ``held`` back)."""
+    if is_json(reply) and len(reply.body) <= STREAM_BYTES:
+        return _listing_json_small(reply, await client.decode(reply))
     if is_json(reply):
-        doc = reply.json()
-        if not isinstance(doc, dict) or not isinstance(doc.get("files"), list):
-            raise GarbageResponse(f"{reply.url}: no 'files' list")
-        for f in doc["files"]:
-            if not isinstance(f, dict) or not isinstance(f.get("filename"), str):
-                continue
-            hashes = f.get("hashes") if isinstance(f.get("hashes"), dict) else {}
-            size = f.get("size")
-            out.append(
-                DistFile(
-                    f["filename"],
-                    urljoin(reply.url, str(f.get("url", ""))),
-                    str(hashes["sha256"]) if "sha256" in hashes else None,
-                    size if isinstance(size, int) and not isinstance(size, bool) else None,
-                    parse_time(f.get("upload-time")),
-                )
-            )
-        return out
-    for href, text in anchors(reply.text()):
-        url = urljoin(reply.url, href)
-        path, _, fragment = url.partition("#")
-        filename = text or unquote(urlsplit(path).path.rsplit("/", 1)[-1])
-        sha256 = fragment[7:] if fragment.startswith("sha256=") else None
-        out.append(DistFile(filename, path, sha256, None, None))
-    return out
+        need = len(reply.body) + text_estimate(reply.body) + 16 * reply.body.count(b"{")
+        parse: Callable[[Reply], Listing] = _listing_json_streamed
+    else:
+        need = html_estimate(reply.body)
+        parse = _listing_html
+    client.budget.take(need, reply.url, "reading the project page")
+    try:
+        if len(reply.body) > PARSE_OFF_LOOP_BYTES:
+            listing = await asyncio.to_thread(parse, reply)
+        else:
+            listing = parse(reply)
+    except UnicodeDecodeError as exc:
+        client.budget.give(need)
+        raise GarbageResponse(f"{safe_url(reply.url)}: not UTF-8 ({exc})") from None
+    except BaseException:
+        client.budget.give(need)
+        raise
+    listing.held = need
+    return listing
 
 
 def devpi_project_url(index_url: str, project: str) -> str | None:
@@ -182,7 +326,7 @@ class PypiAdapter:
         if reply.status == 304:
             names = [g for g, _ in cycle.index.items()]
         else:
-            names = sorted({normalize(n) for n in project_names(reply)})
+            names = sorted({normalize(n) for n in await project_names(cycle.client, reply)})
         if len(names) > cycle.settings.max_items:
             cycle.counts["listing_truncated"] += 1
             raise PollError(f"{len(names)} projects listed, over max_items")
@@ -212,16 +356,30 @@ class PypiAdapter:
         )
         if page.status in (304, 404):
             return  # unchanged; or gone between the index and now (the index decides)
-        files = files_of(page)
-        cycle.counts["records_read"] += len(files)
-        diff = await cycle.index.diff_off_loop(
-            name, hashes_of(f.identity for f in files), page.validator
-        )
+        digest = page_digest(page.body)
+        if cycle.index.same_page(name, digest, page.validator):
+            return  # the very page read last time: the same files
+        listing = await listing_of(cycle.client, page)
+        try:
+            await self._files(cycle, name, devpi, page, listing)
+        finally:
+            cycle.client.budget.give(listing.held)
+        cycle.index.note_page(name, digest)
+
+    async def _files(
+        self, cycle: Cycle, name: str, devpi: bool, page: Reply, listing: Listing
+    ) -> None:
+        cycle.counts["records_read"] += len(listing.hashes)
+        diff = await cycle.index.diff_off_loop(name, listing.hashes, page.validator)
         cycle.counts["duplicate_items"] += diff.duplicates
         cycle.counts["listing_shrinks"] += diff.shrink_kept
-        new = [files[i] for i in diff.new]
+        if len(diff.new) and cycle.learning:
+            cycle.counts["baseline_artifacts"] += len(diff.new)
+            cycle.index.commit(diff)
+            return
+        new = [listing.file(int(i)) for i in diff.new]
         uploads: dict[str, tuple[str | None, float | None]] = {}
-        if new and not cycle.learning:
+        if new:
             for f in new:
                 if f.size is None or f.uploaded_at is None:
                     size, modified = await cycle.client.probe(f.url)

@@ -91,6 +91,16 @@ class RegistryBase(SourceSettings):
     max_response_bytes: int = Field(64 * MiB, ge=4096)  # one body, streamed, then abandoned
     # A listing longer than this is not trusted as complete (a hostile or broken server).
     max_items: int = Field(2_000_000, ge=1)
+    # What one poll holds at once of response bodies: the raw bytes being read and, while a
+    # body is decoded, its bytes, its text and the estimated size of its decoded objects.
+    # A poll that would need more fails (``poll_bytes_exceeded``): docs/registry-source.md.
+    max_poll_bytes: int = Field(256 * MiB, ge=64 * 1024)
+    # The longest URL requested: a paging link, continuation token or redirect longer than
+    # this fails the poll (``urls_too_long``).  RFC 9110 asks for 8000 octets at least.
+    max_url_bytes: int = Field(8192, ge=256, le=1024 * 1024)
+    # The pages one paged listing (a catalog, a tag list, an asset listing) may have in one
+    # poll; more fails the poll (``pages_over_limit``).  Pages are remembered as 8-byte hashes.
+    max_pages: int = Field(10_000, ge=1, le=10_000_000)
     # Only these repositories (package, image, page patterns as in surfaces' ``repository``).
     packages: list[str] = []
     credentials: Credentials | None = None
@@ -177,6 +187,15 @@ class RegistryBase(SourceSettings):
                     raise ValueError(f"{entry!r}: a host name or address, without a port") from None
             out.append(host)
         return out
+
+    @model_validator(mode="after")
+    def _one_body_fits_a_poll(self) -> RegistryBase:
+        if self.max_poll_bytes < self.max_response_bytes:
+            raise ValueError(
+                f"max_poll_bytes ({self.max_poll_bytes}) must be at least max_response_bytes "
+                f"({self.max_response_bytes}): the largest body allowed could never be read"
+            )
+        return self
 
     @model_validator(mode="after")
     def _blind_after_an_interval(self) -> RegistryBase:
