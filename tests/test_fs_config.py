@@ -19,12 +19,12 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from alarm.collectors import SOURCE_TYPES
+from alarm.collectors.fs.columns import EventColumns
 from alarm.collectors.fs.mounts import fs_type, polled
 from alarm.collectors.fs.receipts import ReceiptBudget
 from alarm.collectors.fs.settings import FsSettings, parse_bytes
 from alarm.collectors.fs.table import InodeTable, U64Map, key64
 from alarm.config import config_from_dict
-from alarm.events import Event
 from alarm.settings import ConfigError
 from tests.test_fs_kit import (
     Recorder,
@@ -158,26 +158,26 @@ def test_mountinfo_type_of_the_longest_mount_point(tmp_path: Path) -> None:
 
 
 def test_receipts_hash_the_largest_writes_within_the_budget(tmp_path: Path) -> None:
-    events = []
+    events = EventColumns()
     for i, n in enumerate([5000, 100, 3000, 20_000]):
         p = tmp_path / f"f{i}"
         p.write_bytes(os.urandom(n))
         st_ = p.stat()
-        events.append(
-            Event(0.0, str(p), n, str(p), 1, {"dev_ino": f"{st_.st_dev}:{st_.st_ino}", "size": n})
-        )
+        events.add(0.0, str(p), n, "created", st_.st_dev, st_.st_ino, n, st_.st_mtime_ns)
     budget = ReceiptBudget(budget_bytes=9000, max_files=2, tick=10.0)
     hashed, skipped = budget.add(events, now=100.0)
     assert (hashed, skipped) == (2, 2)
-    got = {e.key: e.evidence.get("sha256") for e in events}
+    got = {events.paths[i]: events.evidence(i).get("sha256") for i in range(len(events))}
     assert got[str(tmp_path / "f0")] == hashlib.sha256((tmp_path / "f0").read_bytes()).hexdigest()
     assert got[str(tmp_path / "f2")] is not None
     assert got[str(tmp_path / "f3")] is None  # over the budget
     # A file replaced since it was measured gets no receipt (it is not what was counted).
     (tmp_path / "f1").unlink()
     (tmp_path / "f1").write_bytes(b"other")
-    assert ReceiptBudget(1 << 20, 10, 10.0).add([events[1]], now=200.0) == (0, 0)
-    assert events[1].evidence.get("sha256") is None
+    one = EventColumns()
+    one.add(0.0, events.paths[1], 100, "created", events.dev[1], events.ino[1], 100, 0)
+    assert ReceiptBudget(1 << 20, 10, 10.0).add(one, now=200.0) == (0, 0)
+    assert one.evidence(0).get("sha256") is None
 
 
 async def test_a_saved_state_that_cannot_be_used_starts_from_a_baseline(tmp_path: Path) -> None:

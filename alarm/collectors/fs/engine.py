@@ -34,6 +34,7 @@ from typing import Any
 
 from alarm.collectors.base import SourceUnavailable
 from alarm.collectors.fs.canary import Canaries, Canary
+from alarm.collectors.fs.columns import EventColumns
 from alarm.collectors.fs.ledger import (
     parse_ledger_value,
     tree_position,
@@ -49,7 +50,6 @@ from alarm.collectors.fs.touches import Touches
 from alarm.collectors.fs.watch_fanotify import FanotifyWatch
 from alarm.collectors.fs.watch_inotify import HOLD_SECONDS, InotifyWatch
 from alarm.collectors.fs.workload import Workloads
-from alarm.events import Event
 
 MAX_EVENTS = 50_000  # watcher events per step
 SCAN_BUDGET = 20_000  # entries scanned per step
@@ -80,7 +80,7 @@ class Tree:
 
 @dataclass(slots=True)
 class StepResult:
-    events: list[Event]
+    events: EventColumns
     counts: dict[str, int]
     ledger: dict[str, str | None]
     position: dict[str, Any] | None
@@ -800,7 +800,7 @@ class Engine:
             {t.mode for t in self.trees if t.mode} | ({"poll"} if self.poll_dirs else set())
         )
         counts = {k: n for k, n in out.counts.items() if n}
-        last_ts = max((ev.ts for ev in out.events), default=0.0)
+        last_ts = out.events.last_ts()
         return StepResult(
             out.events,
             counts,

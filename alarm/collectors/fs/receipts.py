@@ -13,8 +13,10 @@ import math
 import os
 import stat
 
+import numpy as np
+
+from alarm.collectors.fs.columns import EventColumns
 from alarm.collectors.fs.measure import NOATIME, OPEN_FLAGS
-from alarm.events import Event
 
 CHUNK = 1 << 20
 
@@ -62,35 +64,32 @@ class ReceiptBudget:
         self.bytes_left = 0
         self.files_left = 0
 
-    def add(self, events: list[Event], now: float) -> tuple[int, int]:
+    def add(self, events: EventColumns, now: float) -> tuple[int, int]:
         """Hash the largest writes among ``events`` within the budget; returns (hashed,
         skipped for the budget)."""
-        if self.budget_bytes <= 0 or self.max_files <= 0:
+        if self.budget_bytes <= 0 or self.max_files <= 0 or not events:
             return 0, 0
         window = math.floor(now / self.tick)
         if window != self._window:
             self._window = window
             self.bytes_left, self.files_left = self.budget_bytes, self.max_files
         hashed = skipped = 0
-        candidates = [
-            ev
-            for ev in events
-            if ev.evidence is not None
-            and "dev_ino" in ev.evidence
-            and (ev.nbytes > 0 or (ev.capacity or 0) > 0)
-        ]
-        candidates.sort(key=lambda ev: max(ev.nbytes, ev.capacity or 0), reverse=True)
-        for ev in candidates:
-            ev_ = ev.evidence
-            assert ev_ is not None
-            size = int(ev_.get("size", 0))
+        nbytes = np.frombuffer(events.nbytes, dtype=np.int64)
+        carried = np.maximum(nbytes, np.frombuffer(events.capacity, dtype=np.int64))
+        rows = np.flatnonzero((np.frombuffer(events.dev, dtype=np.int64) >= 0) & (carried > 0))
+        # Largest first; equal sizes in the order written.
+        rows = rows[np.argsort(-carried[rows], kind="stable")]
+        for row in rows.tolist():
+            size = events.size[row]
             if self.files_left <= 0 or size > self.bytes_left:
                 skipped += 1
                 continue
-            got = sha256_of(os.fsencode(ev.key), ev_["dev_ino"], size)
+            dev_ino = f"{events.dev[row]}:{events.ino[row]}"
+            got = sha256_of(os.fsencode(events.paths[row]), dev_ino, size)
             if got is None:
                 continue
-            ev_["sha256"], ev_["sha256_bytes"] = got
+            extra = events.extra.setdefault(row, {})
+            extra["sha256"], extra["sha256_bytes"] = got
             self.bytes_left -= got[1]
             self.files_left -= 1
             hashed += 1

@@ -18,13 +18,15 @@ import contextlib
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from alarm.collectors.base import SourceContext, SourceType
 from alarm.collectors.fs.engine import Engine, StepResult
+from alarm.collectors.fs.reader import name_thread
 from alarm.collectors.fs.settings import FsSettings
 from alarm.collectors.fs.state import Output
-from alarm.events import Batch, Emit, SourceHealth, WriteEvents
+from alarm.events import Batch, Emit, SourceHealth
 
 BATCH_DELAY = 0.02
 LEDGER_CHUNK = 5_000  # rows read per turn of the loop (the store's cursor is read there)
@@ -41,6 +43,7 @@ class FsCollector:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._unsent: Batch | None = None
         self._inflight: asyncio.Future[Any] | None = None
+        self._executor: ThreadPoolExecutor | None = None
         self._ledger_read = False
         self.steps = 0
         # Set once the first scans are done (tests and benches wait on it).
@@ -55,7 +58,11 @@ class FsCollector:
     async def _in_thread(self, fn: Any, *args: Any) -> Any:
         """Run ``fn`` in a worker thread; if cancelled, wait for it before re-raising so
         the engine is never used by two threads."""
-        fut = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        if self._executor is None:
+            # Its own thread, named fs-step in the kernel: the engine's CPU is its own.
+            self._executor = ThreadPoolExecutor(1, "fs-step", name_thread, ("fs-step",))
+        loop = asyncio.get_running_loop()
+        fut = asyncio.ensure_future(loop.run_in_executor(self._executor, fn, *args))
         self._inflight = fut
         try:
             return await asyncio.shield(fut)
@@ -96,7 +103,7 @@ class FsCollector:
             first.counts.update(opened.counts)
             first.ledger.update(opened.ledger)
             first.problems += opened.problems
-            first.events += opened.events
+            first.events.extend(opened.events)
             self.engine.start()
             # Up: the source runs.  What it cannot see (a tree gone, a missed canary, a lost
             # watch) is ``blind``, the service's surface_blind alarm, not down.
@@ -147,6 +154,9 @@ class FsCollector:
                 with contextlib.suppress(BaseException):
                     await asyncio.wait([inflight])
             await asyncio.to_thread(self.engine.close)
+            if self._executor is not None:
+                self._executor.shutdown(wait=False)
+                self._executor = None
 
     def _step(self, now: float) -> tuple[StepResult, Batch | None]:
         """One engine step and its batch, both in the worker thread (building the columns of
@@ -166,7 +176,7 @@ class FsCollector:
         counts = {k: int(n) for k, n in dict(out.counts).items() if n}
         if not (out.events or counts or out.ledger or position is not None or watermark):
             return None
-        events = WriteEvents.of("fs", out.events) if out.events else None
+        events = out.events.write_events("fs") if out.events else None
         return Batch(events, counts, position, watermark, out.ledger or None)
 
 

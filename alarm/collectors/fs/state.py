@@ -37,10 +37,10 @@ from typing import Any
 import numpy as np
 
 from alarm.collectors.fs.birth import Births
+from alarm.collectors.fs.columns import EventColumns
 from alarm.collectors.fs.ledger import ledger_value
 from alarm.collectors.fs.measure import measure
 from alarm.collectors.fs.table import DELETED, PENDING, SAVED, InodeTable, U64Map, key64, view
-from alarm.events import Event
 
 ROW_MASK = (1 << 32) - 1
 MAX_PENDING = 100_000  # pending files beyond this are counted at once (bounded memory)
@@ -85,7 +85,7 @@ class Orphan:
 class Output:
     """What one step produced: write events, ledger rows, counter deltas, problems."""
 
-    events: list[Event] = field(default_factory=list)
+    events: EventColumns = field(default_factory=EventColumns)
     ledger: dict[str, str | None] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
@@ -188,8 +188,7 @@ class FileState:
             self.saved_dirs.discard(ident)
         elif count:
             path = os.fsdecode(self.path(d.id))
-            ev = {"change": "mkdir", "dev_ino": f"{d.dev}:{d.ino}"}
-            out.events.append(Event(ts, path, 0, path, 1, ev))
+            out.events.add(ts, path, 0, "mkdir", d.dev, d.ino)
             out.counts["dirs_created"] += 1
         self.dir_added(d)  # the watch exists before anything lists it
         return d
@@ -285,18 +284,35 @@ class FileState:
             self._forget(row, out)  # a pending one was written: what was measured counts
 
     # -- counting ----------------------------------------------------------------------
-    def _evidence(self, row: int, change: str, pid: int = 0) -> dict[str, Any]:
+    def _event(
+        self,
+        out: Output,
+        ts: float,
+        path: str,
+        nbytes: int,
+        change: str,
+        row: int,
+        pid: int = 0,
+        capacity: int = -1,
+    ) -> int:
+        """One write event about inode ``row``: a row of the step's event columns, from
+        which its evidence is made if an alert asks (columns.py)."""
         inodes = self.inodes
-        ev: dict[str, Any] = {
-            "change": change,
-            "dev_ino": f"{inodes.dev[row]}:{inodes.ino[row]}",
-            "size": inodes.size[row],
-            "mtime": round(inodes.mtime[row] / 1e9, 6),
-        }
-        if pid:
-            ev["pid"] = pid
-            ev.update(self.pid_info(pid))  # comm, cgroup, container_id, pod_uid
-        return ev
+        events = out.events
+        if pid and pid not in events.workload:
+            events.workload[pid] = self.pid_info(pid)  # comm, cgroup, container, pod
+        return events.add(
+            ts,
+            path,
+            nbytes,
+            change,
+            inodes.dev[row],
+            inodes.ino[row],
+            inodes.size[row],
+            inodes.mtime[row],
+            pid,
+            capacity,
+        )
 
     def _count_pending(self, row: int, out: Output) -> None:
         p = self.pending.pop(row)
@@ -305,10 +321,9 @@ class FileState:
         inodes.counted[row] = m
         inodes.flags[row] &= ~PENDING
         path = os.fsdecode(self.entry_path(p.dir, p.name)) if p.dir in self.dirs else ""
-        ev = self._evidence(row, p.change, p.pid)
+        i = self._event(out, p.ts, path, m, p.change, row, p.pid)
         if m != inodes.size[row]:
-            ev["sparse_data"] = m
-        out.events.append(Event(p.ts, path, m, path, 1, ev))
+            out.events.extra[i] = {"sparse_data": m}
         out.counts["files_created"] += 1
         self._save_row(row, out)
 
@@ -389,10 +404,7 @@ class FileState:
                 if st.st_nlink > 1 and count:
                     # A hard link: its bytes were counted under the first name.
                     out.counts["hard_links"] += 1
-                    spath = os.fsdecode(path)
-                    out.events.append(
-                        Event(ts, spath, 0, spath, 1, self._evidence(known, "hard_link", pid))
-                    )
+                    self._event(out, ts, os.fsdecode(path), 0, "hard_link", known, pid)
                 if not inodes.flags[known] & PENDING:
                     self._save_row(known, out)  # one name more to expect after a restart
             self._update(known, dir_id, name, st, ts, count, out, pid)
@@ -534,16 +546,14 @@ class FileState:
             path = None
             if m > counted:
                 path = os.fsdecode(self.entry_path(dir_id, name))
-                ev = self._evidence(row, "grew", pid)
+                i = self._event(out, ts, path, m - counted, "grew", row, pid)
                 if m != size:
-                    ev["sparse_data"] = m
-                out.events.append(Event(ts, path, m - counted, path, 1, ev))
+                    out.events.extra[i] = {"sparse_data": m}
                 out.counts["growths"] += 1
             elif mtime != old_mtime and m > 0 and size <= old_size:
                 path = os.fsdecode(self.entry_path(dir_id, name))
-                ev = self._evidence(row, "rewritten", pid)
-                ev["capacity_is_new_size"] = True
-                out.events.append(Event(ts, path, 0, path, 1, ev, capacity=m))
+                i = self._event(out, ts, path, 0, "rewritten", row, pid, capacity=m)
+                out.events.extra[i] = {"capacity_is_new_size": True}
                 out.counts["rewrites"] += 1
             if size < old_size:
                 out.counts["truncations"] += 1
@@ -567,10 +577,9 @@ class FileState:
             # Never measured (created and gone between two looks), or written since the
             # last look: what was last known of it is all that counts; say so.
             path = os.fsdecode(self.entry_path(dir_id, name))
-            ev: dict[str, Any] = {"change": "deleted_before_measured"}
+            i = out.events.add(ts, path, 0, "deleted_before_measured")
             if row >= 0:
-                ev["last_known_size"] = self.inodes.size[row]
-            out.events.append(Event(ts, path, 0, path, 1, ev))
+                out.events.extra[i] = {"last_known_size": self.inodes.size[row]}
             out.counts["deleted_before_measured"] += 1
         if row >= 0:
             self._drop_name(row, out, d.tree, moved)
