@@ -174,34 +174,47 @@ class FlowOwners:
     ``socket cgroupv2 ... log prefix "EGRESS_FENCE agent-17 "``), ``{"prefix": ...}``.  Made
     only for the contributors asked (``get``): a batch may name few of thousands."""
 
-    __slots__ = ("_columns", "_contributor", "_prefixes", "_sorted")
+    __slots__ = ("_columns", "_contributor", "_made", "_prefixes", "_spans")
 
     def __init__(
         self, contributor: np.ndarray, uid: np.ndarray, prefix: np.ndarray, names: list[str]
     ):
         self._contributor = contributor  # per flow that names an owner: its contributor
-        self._columns = (uid, prefix)  # its UID (-1: none) and prefix (-1: the bare fence)
+        self._columns: tuple[Any, Any] = (uid, prefix)  # UID (-1: none), prefix (-1: the fence's)
         self._prefixes = names
-        self._sorted = False
+        # contributor -> (first, end) of its flows, once sorted by contributor (on first use).
+        self._spans: dict[int, tuple[int, int]] | None = None
+        # Receipts made so far: a contributor is asked once per tick and surface it wrote in.
+        self._made: dict[int, dict[str, Any] | None] = {}
 
     def __bool__(self) -> bool:
         return bool(len(self._contributor))
 
     def get(self, index: int, default: Any = None) -> dict[str, Any] | None:
-        if not self._sorted:  # by contributor: one binary search per question
+        made = self._made.get(index, self)
+        if made is self:
+            made = self._made[index] = self._make(index)
+        return default if made is None else made
+
+    def _make(self, index: int) -> dict[str, Any] | None:
+        if self._spans is None:
             order = np.argsort(self._contributor, kind="stable")
-            self._contributor = self._contributor[order]
-            self._columns = (self._columns[0][order], self._columns[1][order])
-            self._sorted = True
-        lo, hi = np.searchsorted(self._contributor, [index, index + 1]).tolist()
-        if lo == hi:
-            return default
+            keys, starts = np.unique(self._contributor[order], return_index=True)
+            ends = [*starts[1:].tolist(), len(order)]
+            self._spans = dict(
+                zip(keys.tolist(), zip(starts.tolist(), ends, strict=True), strict=True)
+            )
+            uid, prefix = self._columns
+            self._columns = (uid[order].tolist(), prefix[order].tolist())
+        span = self._spans.get(index)
+        if span is None:
+            return None
+        uid, prefix = (column[span[0] : span[1]] for column in self._columns)
         out: dict[str, Any] = {}
-        uid, prefix = self._columns
-        uids = sorted(set(uid[lo:hi].tolist()) - {-1})
+        uids = sorted(set(uid) - {-1})
         if uids:
             out["uid"] = _listed([str(u) for u in uids])
-        named = sorted({self._prefixes[p] for p in set(prefix[lo:hi].tolist()) - {-1}})
+        named = sorted({self._prefixes[p] for p in set(prefix) - {-1}})
         if named:
             out["prefix"] = _listed(named)
         return out
