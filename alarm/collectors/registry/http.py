@@ -92,6 +92,7 @@ COUNTERS: dict[str, str] = {
     "redirects_refused": "Redirects to an origin allow_redirect_hosts does not allow (failed polls).",
     "tokens_fetched": "Bearer tokens fetched from an OCI registry's token realm (token auth).",
     "poll_bytes_exceeded": "Polls that would have held more of response bodies than max_poll_bytes (failed polls).",
+    "not_modified": "304 Not Modified answers to conditional requests: nothing new, nothing read.",
     "urls_too_long": "URLs over max_url_bytes (paging links, tokens, redirects) not requested (failed polls).",
 }
 TOKEN_APIS = frozenset({"oci", "docker"})
@@ -336,6 +337,8 @@ class RegistryClient:
                     raise PollError(f"{safe_url(url)}: {type(exc).__name__}") from None
             else:
                 if reply.status in ok:
+                    if reply.status == 304:
+                        self.counts["not_modified"] += 1
                     return reply
                 self.counts["http_errors"] += 1
                 if reply.status not in RETRY_STATUSES:

@@ -79,6 +79,7 @@ COUNTERS: dict[str, str] = {
     "sizes_unknown": "Artifacts whose size the API did not give and HEAD could not learn.",
     "groups_forgotten": "Packages, images or pages no longer listed, dropped from the index.",
     "ledger_rows_invalid": "Saved listing rows that could not be read: re-learned.",
+    "pages_unchanged": "Pages read again byte for byte as last time (no validator from the server): not parsed again.",
     "pages_over_limit": "Paged listings with more than max_pages pages in one poll (failed polls).",
     "items_reappeared": "Artifacts back in a listing unchanged after dropping out of it (a lagging replica, a flapping cache): counted once, not again.",
 }

@@ -358,6 +358,7 @@ class PypiAdapter:
             return  # unchanged; or gone between the index and now (the index decides)
         digest = page_digest(page.body)
         if cycle.index.same_page(name, digest, page.validator):
+            cycle.counts["pages_unchanged"] += 1
             return  # the very page read last time: the same files
         listing = await listing_of(cycle.client, page)
         try:
