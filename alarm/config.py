@@ -363,6 +363,9 @@ class WebhookConfig(Strict):
 class HttpConfig(Strict):
     listen: str = "127.0.0.1:9733"
     top_contributors: int = Field(10, ge=0, le=1000)
+    # /metrics: "lean" (at most 9 series a surface, alert states away from rest) or "full"
+    # (every budget horizon and state as its own series; exporters/prometheus.py).
+    metrics: Literal["lean", "full"] = "lean"
 
     @field_validator("listen")
     @classmethod

@@ -34,6 +34,8 @@ from alarm.history import HistoryRequest
 from alarm.pipeline import Pipeline
 from alarm.snapshot import Snapshot
 from alarm.state import StateStore, storage_cause
+from alarm.statesave import ALARM_FINGERPRINT as STATE_ALARM
+from alarm.statesave import SavePlan
 from exporters.http import HttpServer
 from exporters.notify import Notifications
 from exporters.webconfig import WebConfig
@@ -41,8 +43,6 @@ from exporters.webconfig import WebConfig
 log = logging.getLogger("capalarm")
 RECENT_CHANGES = 200
 COLLECTOR_RESTART_MAX = 30.0
-# The slow state save may take at most 1/SLOW_SAVE_FACTOR of the pipeline thread's time.
-SLOW_SAVE_FACTOR = 20.0
 # Cells counted in ticks not yet evaluated before a source is made to wait (a backlog read far
 # ahead of a slower source): bounds memory whatever the sources do.
 MAX_OPEN_CELLS = 2_000_000
@@ -102,9 +102,8 @@ class Service:
         self._dropped_ledgers = [
             s for s in self.store.ledger_sources() if s not in self.pipeline.sources
         ]
-        # When the detector's slow arrays were last saved, and what that save cost (monotonic).
-        self._slow_saved: float | None = None
-        self._slow_seconds = 0.0
+        # When to save, retries, the state_save_failed alarm (alarm/statesave.py).
+        self._saves = SavePlan(config.tick, str(self.store.path))
         # Saves failed in a row, how many of them were logged, and when the last log was.
         self._save_errors = 0
         self._save_errors_logged = 0
@@ -113,7 +112,7 @@ class Service:
         self.sources: dict[str, RunningSource] = {}
         for name in self.pipeline.sources:
             self.sources[name] = self._build(name, config)
-        self.notify = Notifications(config)
+        self.notify = Notifications(config, write_lock=self.store.write_lock)
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_CHANGES)
         self.on_change = on_change
         self.http_port: int | None = None
@@ -200,18 +199,23 @@ class Service:
                 return
             result = await self._on_pipeline(self._advance, time.time(), self._health())
 
-    def _record_and_save(self, changes: list[AlertChange]) -> None:
-        # Notifications are written before the detector state that produced them: a crash
-        # between the two re-evaluates the tick and may notify twice, but never not at all.
+    def _record_and_save(self, changes: list[AlertChange], force: bool = False) -> None:
+        """Record the changes, then save the state if a checkpoint is due (``force``: now).
+        Notifications are written before the detector state that produced them: a crash
+        between the two evaluates the ticks again, whose changes the router knows and does
+        not send again (alarm/statesave.py)."""
         if changes:
             self.notify.record(changes, time.time())
+        plan = self._saves
+        if not (force or plan.due(time.monotonic())):
+            return
         try:
             self._save_state(final=False)
         except (sqlite3.Error, OSError) as exc:
-            # A full state directory must not stop the alarm: keep evaluating, say so loudly
-            # (the notifier raises an outbox_write_failed alert), save again next tick.
+            # A full state directory or a lock held by another process must not stop the
+            # alarm: keep counting and paging, say so (the state_save_failed alarm), retry.
             self._save_failed(exc)
-            self.notify.storage_failed(exc)
+            alarm = plan.failed(time.monotonic(), time.time(), storage_cause(exc, plan.path))
         else:
             if self._save_errors:
                 log.warning(
@@ -220,6 +224,15 @@ class Service:
                     self._save_errors,
                 )
                 self._save_errors = self._save_errors_logged = 0
+            if not plan.checked_open:
+                # A process killed while its saves failed left the alarm firing.
+                plan.checked_open = True
+                if self.notify.firing(STATE_ALARM):
+                    plan.reopened(time.time())
+            alarm = plan.resolved(time.time())
+        if alarm is not None:
+            self.notify.record([alarm], time.time())
+            self.notify.wake()
 
     def _save_failed(self, exc: BaseException) -> None:
         """Every tick's save fails while the disk is full: the first failure is logged, then
@@ -247,21 +260,15 @@ class Service:
         self._save_errors_logged = self._save_errors
 
     def _save_state(self, final: bool) -> None:
-        """Positions, counters, open ticks, ledger rows and the detector's fast arrays in one
-        transaction; the detector's learned profiles (slow arrays, ~90% of its bytes) when the
-        last such save is SLOW_SAVE_FACTOR times its own cost ago, and at shutdown.  A crash
-        loses at most that much profile learning, never a count, a CUSUM sum or an alert."""
+        """A checkpoint: positions, counters, open ticks, ledger rows and the detector's fast
+        arrays in one transaction; with the detector's learned profiles (slow arrays, ~80% of
+        its bytes) on their own cadence and at shutdown (alarm/statesave.py)."""
         p = self.pipeline
         det = p.detector
         header = det.state_header()
         groups = {"fast": (header, det.state_arrays("fast"))}
         now = time.monotonic()
-        slow = (
-            final
-            or self._slow_saved is None
-            or now - self._slow_saved
-            >= max(self.config.tick, SLOW_SAVE_FACTOR * self._slow_seconds)
-        )
+        slow = final or self._saves.slow_due(now)
         if slow:
             groups["slow"] = (header, det.state_arrays("slow"))
         self.store.save(
@@ -269,9 +276,7 @@ class Service:
         )
         p.ledger = {}
         self._dropped_ledgers = []
-        if slow:
-            self._slow_saved = time.monotonic()
-            self._slow_seconds = self._slow_saved - now
+        self._saves.saved(now, time.monotonic(), slow)
 
     def _snapshot(
         self, now: float, health: dict[str, SourceHealth], history: HistoryRequest | None
@@ -367,6 +372,7 @@ class Service:
             self._ready,
             notifications=self.notify.api,
             web_config=self.web_config,
+            metrics=self.config.http.metrics,
         )
         host, port = self.config.http.host_port()
         try:
@@ -500,7 +506,7 @@ class Service:
                 new.clock.sources[name] = clock
         self._dropped_ledgers += [n for n in old.sources if n not in new.sources]
         self.pipeline = new
-        self._record_and_save(changes)
+        self._record_and_save(changes, force=True)
         return changes
 
     async def _restart_sources(self, config: Config) -> None:
@@ -523,7 +529,7 @@ class Service:
             # emit does not stop it) and their rows are not saved until a tick closes: the new
             # source would find those files unknown and count them again.  Queued behind them
             # on the same thread, save everything before any new source reads it.
-            await self._on_pipeline(self._record_and_save, [])
+            await self._on_pipeline(self._record_and_save, [], True)
         for name in self.pipeline.sources:
             if name in self.sources:
                 continue

@@ -21,21 +21,24 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import functools
 import logging
 import math
 import socket
+import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
 
-from alarm.history import HistoryRequest
+from alarm.history import HistoryRequest, attention_order
 from alarm.sanitize import sanitize
 from alarm.snapshot import CanaryView, HistoryWindow, Snapshot
 from exporters.listener import Listener
-from exporters.prometheus import NotifierView, render
-from exporters.statuspage import PAGE_SURFACES, STATE_NAMES, render_page
+from exporters.prometheus import METRICS_MODES, NotifierView, accepts_gzip, render
+from exporters.statuspage import PAGE_MAX, PAGE_SURFACES, STATE_NAMES, render_page
+from exporters.textformat import ScrapeCache
 from exporters.webconfig import WebConfig, WebConfigWatcher
 
 log = logging.getLogger("capalarm.http")
@@ -45,6 +48,10 @@ log = logging.getLogger("capalarm.http")
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 # Surfaces /api/v1/surfaces?history=1 carries the history of at most (each ~4 KB of JSON).
 API_HISTORY_LIMIT = 1000
+# Surfaces on a page of /api/v1/surfaces: without ?limit=, and at most.  A fleet of up to
+# API_PAGE_DEFAULT surfaces gets all of them in one answer, as before pages existed.
+API_PAGE_DEFAULT = 1000
+API_PAGE_MAX = 10000
 # Threads of the HTTP side's own (rendering, compression, web config reads).
 HTTP_THREADS = 2
 
@@ -88,11 +95,64 @@ def canary_json(c: CanaryView | None) -> dict[str, Any] | None:
     }
 
 
-def surfaces_json(snap: Snapshot) -> dict[str, Any]:
+class BadQuery(ValueError):
+    """A query parameter out of its range: answered 400 with this one line."""
+
+
+def _int_param(query: Any, name: str, default: int, low: int, high: int) -> int:
+    text = query.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise BadQuery(f"{name}: not an integer: {sanitize(text)[:40]!r}") from None
+    if not low <= value <= high:
+        raise BadQuery(f"{name}: {value} is not between {low} and {high}")
+    return value
+
+
+def surface_cursor(kind: str, name: str) -> str:
+    """What ``after=`` takes: a surface's kind and name (a kind has no '/')."""
+    return f"{kind}/{name}"
+
+
+def page_rows(snap: Snapshot, limit: int, after: str | None, order: str) -> tuple[list[int], bool]:
+    """The rows of ``snap.surfaces`` on one page of /api/v1/surfaces, and whether more follow.
+    ``order`` "config": the declared order, resumed after the surface ``after`` names;
+    "attention": what needs a look first (firing, pending, nearest to a threshold), from the
+    top (it changes every tick, so it has no ``after``)."""
+    n = len(snap.surfaces)
+    if order == "attention":
+        if after is not None:
+            raise BadQuery("after: not with order=attention (the order changes every tick)")
+        ranked = attention_order(snap.surfaces)
+        return ranked[:limit], limit < n
+    start = 0
+    if after is not None:
+        kind, sep, name = after.partition("/")
+        found = next(
+            (i for i, s in enumerate(snap.surfaces) if s.name == name and s.kind == kind), None
+        )
+        if not sep or found is None:
+            raise BadQuery(
+                f"after: no surface {sanitize(after)[:80]!r} (removed by a reload? start again)"
+            )
+        start = found + 1
+    rows = list(range(start, min(start + limit, n)))
+    return rows, start + limit < n
+
+
+def surfaces_json(
+    snap: Snapshot, rows: list[int] | None = None, more: str | None = None
+) -> dict[str, Any]:
+    """``rows``: the surfaces of one page (every one when None); ``more``: the link to the
+    next page (None on the last)."""
     history = snap.history
     where = {} if history is None else {row: j for j, row in enumerate(history.rows)}
     surfaces = []
-    for i, s in enumerate(snap.surfaces):
+    for i in range(len(snap.surfaces)) if rows is None else rows:
+        s = snap.surfaces[i]
         entry: dict[str, Any] = {
             "surface": s.name,
             "kind": s.kind,
@@ -160,6 +220,8 @@ def surfaces_json(snap: Snapshot) -> dict[str, Any]:
         ],
         "egress_canary": canary_json(snap.egress_canary),
         "open_ticks": snap.open_ticks,
+        "total_surfaces": len(snap.surfaces),
+        "next": more,
     }
     if history is not None:
         # Slot j of every surface's history starts at slot_starts[j] and lasts slot_seconds.
@@ -198,7 +260,13 @@ class HttpServer:
         ready: Callable[[], tuple[bool, str]],
         notifications: Callable[[], Awaitable[dict[str, Any]]] | None = None,
         web_config: WebConfig | None = None,
+        metrics: str = "lean",
     ):
+        if metrics not in METRICS_MODES:
+            raise ValueError(f"metrics: {metrics!r} is not one of {', '.join(METRICS_MODES)}")
+        self._full_metrics = metrics == "full"
+        # The last scrape's lines, so that the next rewrites only what changed.
+        self.scrape_cache = ScrapeCache()
         self._notifications = notifications
         self._snapshot = snapshot
         self._notifiers = notifiers
@@ -326,12 +394,25 @@ class HttpServer:
 
     # -- endpoints -------------------------------------------------------------------
     async def metrics(self, request: web.Request) -> web.Response:
+        """Gzip-compressed when the scraper takes it (Prometheus always asks)."""
         snap = await self._snapshot(None)
+        gz = accepts_gzip(request.headers.get("Accept-Encoding"))
         body, ctype = await self._off_loop(
-            render, snap, list(self._notifiers()), request.headers.get("Accept")
+            functools.partial(
+                render,
+                snap,
+                list(self._notifiers()),
+                request.headers.get("Accept"),
+                full=self._full_metrics,
+                gzip=gz,
+                cache=self.scrape_cache,
+            )
         )
         resp = web.Response(body=body)
         resp.headers["Content-Type"] = ctype
+        resp.headers["Vary"] = "Accept-Encoding"
+        if gz:
+            resp.headers["Content-Encoding"] = "gzip"
         return resp
 
     async def healthz(self, _: web.Request) -> web.Response:
@@ -342,13 +423,41 @@ class HttpServer:
         return web.Response(text=(why or "ready") + "\n", status=200 if ok else 503)
 
     async def surfaces(self, request: web.Request) -> web.Response:
-        """``?history=1``: with the last hour of each surface (of at most API_HISTORY_LIMIT,
-        those that need a look first); ``&surface=NAME`` (repeatable): of these only."""
+        """A page of the surfaces: ``?limit=`` of them (API_PAGE_DEFAULT, at most
+        API_PAGE_MAX) ``&after=KIND/NAME`` (the last of the previous page; ``next`` in the
+        answer is the link on, null on the last page), in the declared order or with
+        ``&order=attention`` what needs a look first.  ``?history=1``: with the last hour of
+        each surface (of at most API_HISTORY_LIMIT, those that need a look first);
+        ``&surface=NAME`` (repeatable): of these only."""
         q = request.query
+        try:
+            limit = _int_param(q, "limit", API_PAGE_DEFAULT, 1, API_PAGE_MAX)
+            order = q.get("order", "config")
+            if order not in ("config", "attention"):
+                raise BadQuery(f"order: {sanitize(order)[:40]!r} is not config or attention")
+        except BadQuery as exc:
+            return web.Response(status=400, text=f"{exc}\n")
+        after = q.get("after")
         want = q.get("history", "") not in ("", "0", "false")
         names = frozenset(q.getall("surface", [])) or None
         snap = await self._snapshot(HistoryRequest(API_HISTORY_LIMIT, names) if want else None)
-        body = await self._off_loop(surfaces_json, snap)
+
+        def page() -> dict[str, Any]:
+            rows, more = page_rows(snap, limit, after, order)
+            link = None
+            if more and rows:
+                last = snap.surfaces[rows[-1]]
+                params = [(k, v) for k, v in q.items() if k != "after"]
+                params.append(("after", surface_cursor(last.kind, last.name)))
+                link = "/api/v1/surfaces?" + urllib.parse.urlencode(params)
+            if order == "attention":
+                link = None  # the next page of an order that moves is not a page
+            return surfaces_json(snap, rows, link)
+
+        try:
+            body = await self._off_loop(page)
+        except BadQuery as exc:
+            return web.Response(status=400, text=f"{exc}\n")
         return web.json_response(body)
 
     async def alerts(self, _: web.Request) -> web.Response:
@@ -360,9 +469,14 @@ class HttpServer:
             return web.json_response({"channels": [], "dead_letters": []})
         return web.json_response(await self._notifications())
 
-    async def index(self, _: web.Request) -> web.Response:
-        snap = await self._snapshot(HistoryRequest(PAGE_SURFACES))
-        page = await self._off_loop(render_page, snap, self._recent(), len(snap.surfaces))
+    async def index(self, request: web.Request) -> web.Response:
+        """``?page=N``: the next PAGE_SURFACES surfaces in attention order (up to PAGE_MAX)."""
+        try:
+            number = _int_param(request.query, "page", 1, 1, PAGE_MAX)
+        except BadQuery as exc:
+            return web.Response(status=400, text=f"{exc}\n")
+        snap = await self._snapshot(HistoryRequest(PAGE_SURFACES * number))
+        page = await self._off_loop(render_page, snap, self._recent(), len(snap.surfaces), number)
         # aiohttp compresses a large body on an executor: this one's, not the default.
         resp = web.Response(text=page, content_type="text/html", zlib_executor=self._executor)
         resp.enable_compression()

@@ -1,5 +1,16 @@
 """/metrics: Prometheus text format or OpenMetrics, chosen by the Accept header.
 
+Lean by default (``http.metrics: lean``): at most 9 series per surface and its alert states
+only where a rule is away from rest -- the written bytes and events, the rate, the capacity,
+the spike rule's baseline and threshold, the budget nearest to firing
+(``surface_budget_ratio``), what the budgets let through in an hour
+(``surface_budget_hour_allowance_bytes_per_second``) and one ``capalarm_surface_info`` series
+whose labels carry the states that change once in a surface's life (learning, judged,
+budget misconfigured, seasonal budget judging).  Every budget horizon's figures are in
+/api/v1/surfaces; ``http.metrics: full`` writes them as series too (every family below, 31
+series per surface with the default horizons).  The rules and dashboards read only what both
+modes write.
+
 Built from a Snapshot in a worker thread, so a scrape never blocks the event loop.  One small
 function of families per concern (surfaces, budgets, alerts, sources, notifiers, the service
 itself); the per-surface families are ``Columns``, written by exporters/textformat.py (byte for
@@ -10,6 +21,8 @@ series count is bounded by the config, whatever the traffic.
 
 from __future__ import annotations
 
+import gzip as gzip_module
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -18,15 +31,25 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.process_collector import ProcessCollector
 
 from alarm import __version__
+from alarm.detector.rows import AGGREGATE
 from alarm.events import CORE_COUNTERS
 from alarm.snapshot import Snapshot, SourceView, SurfaceView
 from exporters.canary_metrics import canary_families
-from exporters.textformat import Columns, render_text
+from exporters.textformat import Columns, ScrapeCache, render_text
 
 # Capacity figures are computed in bits (the TCSEC bands are in bit/s) but exposed in
 # Prometheus' base unit, bytes, as promtool's lint requires: multiply by 8 for bits.
 BITS = 1 / 8
 SURFACE_LABELS = ["surface", "kind"]
+METRICS_MODES = ("lean", "full")
+# The labels of capalarm_surface_info: states that change once or twice in a surface's life.
+SURFACE_INFO_LABELS = [
+    *SURFACE_LABELS,
+    "baseline_ready",
+    "learning",
+    "budget_misconfigured",
+    "seasonal_budget_judged",
+]
 
 
 class NotifierView:
@@ -52,8 +75,9 @@ def _surface_family(
     )
 
 
-def surface_families(snap: Snapshot) -> Iterable[Columns]:
-    """Volume and rate per surface: what was written, and how fast over the last tick."""
+def surface_families(snap: Snapshot, full: bool = True) -> Iterable[Columns]:
+    """Volume and rate per surface: what was written, and how fast over the last tick (the
+    event rate only in full: it is the rate of write_events_total)."""
     c, g = "counter", "gauge"
     yield _surface_family(
         snap, c, "written_bytes", "Bytes written through the surface.", lambda s: s.bytes_total
@@ -68,13 +92,14 @@ def surface_families(snap: Snapshot) -> Iterable[Columns]:
     yield _surface_family(
         snap, g, "write_rate_bytes_per_second", "Byte rate over the last tick.", lambda s: s.rate
     )
-    yield _surface_family(
-        snap,
-        g,
-        "write_events_per_second",
-        "Event rate over the last tick.",
-        lambda s: s.events_rate,
-    )
+    if full:
+        yield _surface_family(
+            snap,
+            g,
+            "write_events_per_second",
+            "Event rate over the last tick.",
+            lambda s: s.events_rate,
+        )
     yield _surface_family(
         snap,
         g,
@@ -85,8 +110,9 @@ def surface_families(snap: Snapshot) -> Iterable[Columns]:
     )
 
 
-def spike_families(snap: Snapshot) -> Iterable[Columns]:
-    """The spike rule: baseline and threshold."""
+def spike_families(snap: Snapshot, full: bool = True) -> Iterable[Columns]:
+    """The spike rule: baseline and threshold (whether it judges: capalarm_surface_info, and
+    in full its own gauges)."""
     g = "gauge"
     yield _surface_family(
         snap,
@@ -102,6 +128,8 @@ def spike_families(snap: Snapshot) -> Iterable[Columns]:
         "Spike threshold for the byte rate (0 while the surface is not judged).",
         lambda s: s.threshold,
     )
+    if not full:
+        return
     yield _surface_family(
         snap,
         g,
@@ -142,9 +170,46 @@ def members_families(snap: Snapshot) -> Iterable[Metric]:
         yield fam
 
 
-def budget_families(snap: Snapshot) -> Iterable[Columns]:
-    """The capacity budgets: the first horizon's figures, every horizon, the seasonal one."""
+def budget_figures(s: SurfaceView) -> tuple[float, float]:
+    """(ratio, hour allowance in bytes/s) of one surface's budgets.  Ratio: the largest CUSUM
+    over its tolerance of every horizon and of the seasonal budget (the budget rule fires
+    above 1).  Hour allowance: the most the budgets let through over one hour without firing
+    -- each horizon is a token bucket that passes k * 3600 s + h in an hour and the surface
+    fires on whichever is first, so the least of k + h / 3600 s over its horizons."""
+    ratio = s.seasonal_ratio if s.seasonal_judged else 0.0
+    hour = math.inf
+    for _, allowance, tolerance, excess in s.budget_horizons:
+        if tolerance > 0:
+            ratio = max(ratio, excess / tolerance)
+        hour = min(hour, allowance + tolerance / 3600)
+    return ratio, hour * BITS
+
+
+def budget_families(snap: Snapshot, full: bool = True) -> Iterable[Columns]:
+    """The capacity budgets: the one nearest to firing and the hour's allowance; in full the
+    first horizon's figures, every horizon, the seasonal one."""
     g = "gauge"
+    figures = [budget_figures(s) for s in snap.surfaces]
+    yield Columns(
+        "capalarm_surface_budget_ratio",
+        "The capacity budget nearest to firing: the largest CUSUM over tolerance of every "
+        "horizon and the seasonal budget (the budget alert fires above 1).",
+        g,
+        SURFACE_LABELS,
+        snap.surface_labels,
+        [f[0] for f in figures],
+    )
+    yield Columns(
+        "capalarm_surface_budget_hour_allowance_bytes_per_second",
+        "The most the surface's budgets let through over one hour without firing, as a rate: "
+        "the least of k + h / 3600 s over its horizons (x8 for bit/s).",
+        g,
+        SURFACE_LABELS,
+        snap.surface_labels,
+        [f[1] for f in figures],
+    )
+    if not full:
+        return
     yield _surface_family(
         snap,
         g,
@@ -205,19 +270,70 @@ def budget_families(snap: Snapshot) -> Iterable[Columns]:
     )
 
 
-def alert_families(snap: Snapshot) -> Iterable[Metric | Columns]:
+def kind_budget_families(snap: Snapshot) -> Iterable[Metric]:
+    """Every surface's allowance per horizon, summed per kind (the aggregate left out: it
+    repeats its members): what a dashboard sums over nodes, a few series per kind."""
+    sums: dict[tuple[str, str], float] = {}
+    for s in snap.surfaces:
+        if s.name == AGGREGATE:
+            continue
+        for horizon, allowance, _, _ in s.budget_horizons:
+            key = (s.kind, horizon)
+            sums[key] = sums.get(key, 0.0) + allowance * BITS
+    fam = GaugeMetricFamily(
+        "capalarm_kind_budget_horizon_allowance_bytes_per_second",
+        "Capacity budget allowance k per horizon, summed over the kind's surfaces (x8 for bit/s).",
+        labels=["kind", "horizon"],
+    )
+    for (kind, horizon), total in sums.items():
+        fam.add_metric([kind, horizon], total)
+    yield fam
+
+
+def state_families(snap: Snapshot) -> Iterable[Columns]:
+    """capalarm_surface_info: the states a surface takes once or twice in its life, as labels
+    ("1"/"0"), so that they cost one series a surface, not one each."""
+    one, zero = "1", "0"
+    rows = [
+        (
+            s.name,
+            s.kind,
+            one if s.baseline_ready else zero,
+            one if s.learning else zero,
+            one if s.budget_misconfigured else zero,
+            one if s.seasonal_judged else zero,
+        )
+        for s in snap.surfaces
+    ]
+    yield Columns(
+        "capalarm_surface",
+        "Per surface: whether every statistic of the spike rule judges (baseline_ready), none "
+        "does yet (learning), its declared budget fired on ordinary traffic for a day "
+        "(budget_misconfigured), the seasonal budget judges it (seasonal_budget_judged).",
+        "info",
+        SURFACE_INFO_LABELS,
+        rows,
+        [1.0] * len(rows),
+    )
+
+
+def alert_families(snap: Snapshot, full: bool = True) -> Iterable[Metric | Columns]:
+    """Alert state per surface and rule (lean: only those away from rest, 0; a series that
+    is absent is inactive) and per source and rule (every one: there are few)."""
     rows: list[tuple[str, ...]] = []
     values: list[float] = []
     for s in snap.surfaces:
         for rule, state in s.rule_states().items():
-            rows.append(("surface", s.name, s.kind, rule))
-            values.append(state)
+            if state or full:
+                rows.append(("surface", s.name, s.kind, rule))
+                values.append(state)
     for source, rule, st in snap.source_alerts:
         rows.append(("source", source, "source", rule))
         values.append(st)
     yield Columns(
         "capalarm_alert_state",
-        "Alert state per surface or source and rule: 0 inactive, 1 pending, 2 firing.",
+        "Alert state per surface or source and rule: 0 inactive, 1 pending, 2 firing (by "
+        "default a surface's rule has a series only while it is pending or firing).",
         "gauge",
         ["target_type", "target", "kind", "rule"],
         rows,
@@ -402,15 +518,20 @@ class _Collector:
         return self._families
 
 
-def all_families(snap: Snapshot, notifiers: Sequence[NotifierView]) -> list[Metric | Columns]:
-    """Every family of a scrape, in the order they are written."""
+def all_families(
+    snap: Snapshot, notifiers: Sequence[NotifierView], full: bool = False
+) -> list[Metric | Columns]:
+    """Every family of a scrape, in the order they are written (``full``: every per-surface
+    family, ``http.metrics: full``)."""
     return [
         *service_families(snap),
-        *surface_families(snap),
-        *spike_families(snap),
+        *surface_families(snap, full),
+        *spike_families(snap, full),
         *members_families(snap),
-        *budget_families(snap),
-        *alert_families(snap),
+        *budget_families(snap, full),
+        *kind_budget_families(snap),
+        *state_families(snap),
+        *alert_families(snap, full),
         *source_families(snap),
         *notifier_families(notifiers),
         *canary_families(snap),
@@ -418,20 +539,58 @@ def all_families(snap: Snapshot, notifiers: Sequence[NotifierView]) -> list[Metr
     ]
 
 
+def accepts_gzip(header: str | None) -> bool:
+    """Whether an Accept-Encoding header takes gzip (RFC 9110: ``gzip;q=0`` refuses it)."""
+    for item in (header or "").split(","):
+        coding, _, params = item.partition(";")
+        if coding.strip().lower() not in ("gzip", "x-gzip"):
+            continue
+        q = params.strip().lower()
+        if q.startswith("q="):
+            try:
+                return float(q[2:]) > 0
+            except ValueError:
+                return False
+        return True
+    return False
+
+
 def render(
-    snap: Snapshot, notifiers: Sequence[NotifierView], accept: str | None
+    snap: Snapshot,
+    notifiers: Sequence[NotifierView],
+    accept: str | None,
+    *,
+    full: bool = False,
+    gzip: bool = False,
+    cache: ScrapeCache | None = None,
 ) -> tuple[bytes, str]:
-    """Returns (body, content type).  CPU work: call it off the event loop."""
-    families = all_families(snap, notifiers)
+    """Returns (body, content type), the body gzip-compressed when ``gzip``.  ``cache``: the
+    text format is written at a cost proportional to what changed since its last render.
+    CPU work: call it off the event loop."""
+    families = all_families(snap, notifiers, full)
     if accept and "application/openmetrics-text" in accept:
         metrics = [f.metric() if isinstance(f, Columns) else f for f in families]
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Collector(metrics))  # type: ignore[arg-type]
-        return (
-            openmetrics.exposition.generate_latest(registry),
-            openmetrics.exposition.CONTENT_TYPE_LATEST,
-        )
-    return render_text(families), exposition.CONTENT_TYPE_LATEST
+        body = openmetrics.exposition.generate_latest(registry)
+        if gzip:
+            body = zlib_gzip(body)
+        return body, openmetrics.exposition.CONTENT_TYPE_LATEST
+    if cache is None:
+        body = render_text(families)
+        return (zlib_gzip(body) if gzip else body), exposition.CONTENT_TYPE_LATEST
+    return cache.render(families, gzip), exposition.CONTENT_TYPE_LATEST
 
 
-__all__: list[Any] = ["NotifierView", "all_families", "render"]
+def zlib_gzip(body: bytes) -> bytes:
+    return gzip_module.compress(body, compresslevel=1, mtime=0)
+
+
+__all__: list[Any] = [
+    "METRICS_MODES",
+    "NotifierView",
+    "accepts_gzip",
+    "all_families",
+    "budget_figures",
+    "render",
+]

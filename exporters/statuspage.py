@@ -41,6 +41,8 @@ STATES_EXPLAINED = (
 # Surfaces the page shows with their charts (those that need a look first): the rest are in
 # /api/v1/surfaces, so the page stays small at any number of surfaces.
 PAGE_SURFACES = 100
+# Pages of PAGE_SURFACES the page goes to (``/?page=N``); past them, the API.
+PAGE_MAX = 10
 RECENT_SHOWN = 50
 CONTRIBUTORS_SHOWN = 5
 # Chart geometry (SVG user units): the rate panel above, the budget panel below.
@@ -513,24 +515,43 @@ def alert_item(change: dict[str, Any], now: float) -> str:
     )
 
 
-def render_page(snap: Snapshot, recent: Sequence[dict[str, Any]], total_surfaces: int) -> str:
+def render_page(
+    snap: Snapshot, recent: Sequence[dict[str, Any]], total_surfaces: int, page: int = 1
+) -> str:
     """The whole page.  CPU work for large snapshots: call it off the event loop.
-    ``snap.history`` picks and orders the surfaces shown (attention order)."""
+    ``snap.history`` picks and orders the surfaces shown (attention order); ``page`` (from 1)
+    shows its surfaces ``PAGE_SURFACES * (page - 1)`` on, so the snapshot's history must hold
+    ``PAGE_SURFACES * page`` of them."""
     now = snap.taken_at
     window = snap.history
-    shown = window.rows if window is not None else list(range(min(PAGE_SURFACES, total_surfaces)))
+    first = PAGE_SURFACES * (page - 1)
+    if window is not None:
+        order = window.rows
+    else:
+        order = list(range(min(PAGE_SURFACES * page, total_surfaces)))
+    shown = list(enumerate(order))[first : first + PAGE_SURFACES]
     states = [surface_state(s) for s in snap.surfaces]
     counts = {k: states.count(k) for k in ("firing", "pending", "judged", "learning")}
     fired = fired_horizons(recent)
     cards = "".join(
         surface_card(snap.surfaces[i], window, j if window is not None else None, now, fired)
-        for j, i in enumerate(shown)
+        for j, i in shown
     )
     more = ""
     if len(shown) < total_surfaces:
+        links = []
+        if page > 1:
+            links.append(f'<a href="/?page={page - 1}" rel=prev>previous {PAGE_SURFACES}</a>')
+        if first + len(shown) < total_surfaces and page < PAGE_MAX:
+            links.append(f'<a href="/?page={page + 1}" rel=next>next {PAGE_SURFACES}</a>')
+        links.append(
+            '<a href="/api/v1/surfaces?order=attention">all of them, in this order: '
+            "/api/v1/surfaces?order=attention</a>"
+        )
+        span = f"{first + 1:,}&ndash;{first + len(shown):,}" if shown else "none"
         more = (
-            f'<p class="meta">Showing {len(shown):,} of {total_surfaces:,} surfaces, those that '
-            'need a look first; all of them: <a href="/api/v1/surfaces">/api/v1/surfaces</a>.</p>'
+            f'<p class="meta" id=pages>Showing {span} of {total_surfaces:,} surfaces, those '
+            f"that need a look first · {' · '.join(links)}</p>"
         )
     sources = "".join(source_card(v, now) for v in snap.sources)
     if snap.egress_canary is not None:

@@ -55,8 +55,10 @@ async def test_api_reports_every_rule_and_every_budget_horizon(tmp_path):
         _, _, text = await get(service, "/metrics")
 
     # Every rule the surface has, beacon and duty (on by default) among them, by the names
-    # /metrics uses, in the states it shows.
+    # /metrics uses, in the states it shows (/metrics, read after, may be further on; by
+    # default it has a surface's rule only while it is away from rest).
     states = {0: "inactive", 1: "pending", 2: "firing"}
+    rank = list(states.values())
     assert set(proxy["alerts"]) == set(view.rule_states())
     assert {"spike", "budget", "beacon", "duty"} <= set(proxy["alerts"])
     for rule in ("spike", "budget", "beacon", "duty"):
@@ -65,7 +67,9 @@ async def test_api_reports_every_rule_and_every_budget_horizon(tmp_path):
         value = metric(
             text, "capalarm_alert_state", target_type="surface", target="proxy", rule=rule
         )
-        assert value is not None and states[int(value)] in (state, "firing"), rule
+        shown = "inactive" if value is None else states[int(value)]
+        assert value != 0, f"{rule}: an inactive state written in the lean exposition"
+        assert rank.index(shown) >= rank.index(state), rule
 
     budget = proxy["budget"]
     assert [h["horizon"] for h in budget["horizons"]] == ["base", "1h", "drip"]
@@ -74,10 +78,61 @@ async def test_api_reports_every_rule_and_every_budget_horizon(tmp_path):
     assert base["tolerance_bits"] == budget["tolerance_bits"] == 1e12
     assert hour["allowance_bits_per_second"] == 1e8 and hour["tolerance_bits"] == 1e11
     assert drip["allowance_bits_per_second"] == 1.0 and drip["tolerance_bits"] == 8000.0
-    # The firing horizon is the one past its tolerance, with the figure /metrics has for it.
+    # The firing horizon is the one past its tolerance; /metrics' budget ratio is the
+    # horizon nearest to firing: past 1.
     assert drip["excess_bits"] > drip["tolerance_bits"]
     assert base["excess_bits"] < base["tolerance_bits"]
-    exported = metric(
-        text, "capalarm_surface_budget_horizon_excess_bytes", surface="proxy", horizon="drip"
+    ratio = metric(text, "capalarm_surface_budget_ratio", surface="proxy")
+    assert ratio is not None and ratio >= 1
+    # And what the three budgets let through in an hour: the least of k + h / 3600 s.
+    allowed = metric(
+        text, "capalarm_surface_budget_hour_allowance_bytes_per_second", surface="proxy"
     )
-    assert exported is not None and exported * 8 >= drip["tolerance_bits"]
+    assert allowed == min(1e9 + 1e12 / 3600, 1e8 + 1e11 / 3600, 1.0 + 8000.0 / 3600) / 8
+
+
+def many(tmp_path, n: int) -> dict:
+    return {
+        "tick": "0.5s",
+        "state_dir": str(tmp_path / "state"),
+        "sources": [{"name": "kernel", "prefixes": [PREFIX]}],
+        "surfaces": [
+            {"name": f"s{i:02d}", "match": {"dst": [f"10.30.{i}.0/24"]}} for i in range(n)
+        ],
+    }
+
+
+async def test_the_api_pages_through_every_surface_and_says_where_the_next_page_is(tmp_path):
+    """?limit= and the answer's "next" link walk every surface once, in the declared order;
+    without ?limit= a small fleet gets every surface in one answer, as before pages."""
+    collector = RecordsCollector("kernel", [], (PREFIX,), 0.5)
+    async with running_service(many(tmp_path, 25), collectors={"kernel": collector}) as service:
+        _, _, body = await get(service, "/api/v1/surfaces")
+        whole = json.loads(body)
+        seen, path, pages = [], "/api/v1/surfaces?limit=10", 0
+        while path:
+            status, _, body = await get(service, path)
+            assert status == 200, body
+            page = json.loads(body)
+            assert len(page["surfaces"]) <= 10 and page["total_surfaces"] == whole["total_surfaces"]
+            assert [v["source"] for v in page["sources"]] == ["kernel"]  # on every page
+            seen += [(s["kind"], s["surface"]) for s in page["surfaces"]]
+            path, pages = page["next"], pages + 1
+        top, _, top_body = await get(service, "/api/v1/surfaces?order=attention&limit=3")
+        refused = [
+            (await get(service, q))[0]
+            for q in (
+                "/api/v1/surfaces?limit=0",
+                "/api/v1/surfaces?limit=x",
+                "/api/v1/surfaces?limit=1000000",
+                "/api/v1/surfaces?after=egress/nosuch",
+                "/api/v1/surfaces?order=sideways",
+                "/api/v1/surfaces?order=attention&after=egress/s01",
+            )
+        ]
+    every = [(s["kind"], s["surface"]) for s in whole["surfaces"]]
+    assert whole["next"] is None and len(every) == whole["total_surfaces"] >= 26
+    assert seen == every and pages == -(-len(every) // 10)
+    assert top == 200 and len(json.loads(top_body)["surfaces"]) == 3
+    assert json.loads(top_body)["next"] is None
+    assert refused == [400] * 6

@@ -410,7 +410,27 @@ def test_the_page_shows_at_most_its_limit_those_needing_a_look_first():
     names = re.findall(r'data-surface="([^"]+)"', page)
     assert len(names) == PAGE_SURFACES
     assert names[:2] == ["s200", "s201"]
-    assert f"Showing {PAGE_SURFACES:,} of {n:,} surfaces" in page
+    assert f"Showing 1&ndash;{PAGE_SURFACES:,} of {n:,} surfaces" in page
+    assert 'href="/?page=2"' in page and 'href="/?page=0"' not in page
+
+
+def test_the_next_page_shows_the_next_surfaces_in_the_same_order():
+    """/?page=2: the surfaces after the first page's, in attention order, and links both
+    ways; the last page links back only."""
+    views = [view(f"s{i:03d}") for i in range(250)]
+    views[240] = view("s240", spike_state=2)
+    order = attention_order(views)
+    pages = []
+    for number in (1, 2, 3):
+        snap = Snapshot(NOW, 10.0, 1, NOW, 0.0, views, [], [], 0)
+        snap.history = History(len(views), 10.0).window(order[: PAGE_SURFACES * number])
+        pages.append(render_page(snap, [], len(views), number))
+    shown = [re.findall(r'data-surface="([^"]+)"', p) for p in pages]
+    assert shown[0][0] == "s240"
+    assert [views[i].name for i in order] == shown[0] + shown[1] + shown[2]
+    assert len(shown[2]) == 50 and "Showing 201&ndash;250 of 250" in pages[2]
+    assert 'href="/?page=1"' in pages[1] and 'href="/?page=3"' in pages[1]
+    assert 'href="/?page=4"' not in pages[2] and 'href="/?page=2"' in pages[2]
 
 
 # -- the page in a browser ---------------------------------------------------------------
