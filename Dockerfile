@@ -20,6 +20,9 @@ WORKDIR /src
 COPY pyproject.toml setup.py README.md LICENSE ./
 COPY alarm ./alarm
 COPY exporters ./exporters
+# The deployment files the package carries (alarm/deploy_files/, `capalarm deploy-files DIR`).
+COPY deploy ./deploy
+COPY dashboards ./dashboards
 # setup.py marks the extensions optional (a host without a compiler still installs); here the
 # compiler is present, so a missing one is a broken build: check that each imports.
 RUN python -m venv /opt/capalarm \

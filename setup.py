@@ -7,7 +7,13 @@ pure-Python paths (same results, slower).
 
 build_py records the checkout's ``git describe`` in the built package (alarm/_revision.txt),
 so that ``capalarm --version`` of an installed wheel names the revision it was built from;
-an sdist without .git records nothing, and --version says so."""
+an sdist without .git records nothing, and --version says so.
+
+build_py also copies the deployment files (SHIPPED below: the example config, the systemd
+unit, the nftables fence, the Prometheus rules and the Grafana dashboards) into the built
+package as alarm/deploy_files/<the same paths>, where importlib.resources and
+``capalarm deploy-files DIR`` find them (alarm/deployfiles.py).  MANIFEST.in puts them in the
+sdist, so a wheel built from it carries them too; a tree without them does not build."""
 
 import subprocess
 from pathlib import Path
@@ -16,11 +22,30 @@ from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
+# The deployment files a built package carries: (folder, glob), relative to ROOT.
+SHIPPED = (("deploy", "**/*"), ("dashboards", "*.json"), ("dashboards", "*.yml"))
+# One of them, to tell a tree that has them from one that lost them (a partial copy).
+SHIPPED_SENTINEL = "deploy/config.example.yaml"
+
+
+def shipped_files() -> list[Path]:
+    if not (ROOT / SHIPPED_SENTINEL).is_file():
+        raise SystemExit(
+            f"setup.py: {SHIPPED_SENTINEL} is missing: build from a checkout or an sdist "
+            "(the package carries deploy/ and dashboards/)"
+        )
+    found = {p for folder, pattern in SHIPPED for p in (ROOT / folder).glob(pattern)}
+    return sorted(p for p in found if p.is_file() and "__pycache__" not in p.parts)
 
 
 class BuildPyWithRevision(build_py):
     def run(self) -> None:
         super().run()
+        target = Path(self.build_lib) / "alarm" / "deploy_files"
+        for src in shipped_files():
+            out = target / src.relative_to(ROOT)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            self.copy_file(str(src), str(out))
         if not (ROOT / ".git").exists():
             return
         try:

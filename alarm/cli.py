@@ -1,4 +1,4 @@
-"""The ``capalarm`` command: run, check-config, demo, backtest.
+"""The ``capalarm`` command: run, check-config, demo, backtest, deploy-files.
 
 Every way a command can fail ends in one line on stderr and an exit status, never a
 traceback: 2 for bad configuration or input (the line names the key or file), 1 for a runtime
@@ -188,6 +188,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
         fail(EXIT_RUNTIME, str(exc))
 
 
+def cmd_deploy_files(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from alarm.deployfiles import DeployFilesError, write
+
+    try:
+        done = write(Path(args.dir), force=args.force)
+    except DeployFilesError as exc:
+        fail(EXIT_RUNTIME, f"deploy-files: {exc}")
+    for path, what in done:
+        print(f"{what} {path}")
+    return 0
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """--help shows each option's default, except where there is none to show (None, False):
     "(default: None)" would say nothing, and such options say in their help what happens
@@ -322,6 +336,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _log_options(bt, defaults=False)
     bt.set_defaults(func=cmd_backtest)
+
+    files = sub.add_parser(
+        "deploy-files",
+        help="write the example config, systemd unit, nftables fence, Prometheus rules and "
+        "Grafana dashboards the package carries into DIR (at their repository paths)",
+    )
+    files.add_argument("dir", metavar="DIR", help="directory to write into (created if needed)")
+    files.add_argument(
+        "--force", action="store_true", help="overwrite files that exist with other contents"
+    )
+    _log_options(files, defaults=False)
+    files.set_defaults(func=cmd_deploy_files)
     return parser
 
 

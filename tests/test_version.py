@@ -72,6 +72,8 @@ def test_a_build_records_the_revision_in_the_package(tmp_path: Path) -> None:
     shutil.copytree(
         ROOT / "exporters", src / "exporters", ignore=shutil.ignore_patterns("__pycache__", "*.so")
     )
+    for folder in ("deploy", "dashboards"):  # the deployment files a build must carry
+        shutil.copytree(ROOT / folder, src / folder)
     git = ["git", "-C", str(src), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "setup.py"], check=True)
