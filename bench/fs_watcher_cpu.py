@@ -8,7 +8,7 @@ Per-event CPU: each watcher is its own process on a private tmpfs (needs root):
   pipeline, detector, /metrics), one ``type: fs`` source in ``mode: inotify`` and in
   ``mode: fanotify``, one surface on the tree;
 - ``inotifywait -m -r`` (Debian inotify-tools), its output read by this script;
-- watchdog 7.1's inotify observer with a handler that ``os.stat``s every created or
+- watchdog 7.1's inotify observer (`pip install watchdog`) with a handler that ``os.stat``s every created or
   modified file (the design's original choice, doing the least a byte counter must).
 
 A separate writer process creates ``--files`` files of 0-255 bytes (1,000 per new
