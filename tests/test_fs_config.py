@@ -29,6 +29,7 @@ from alarm.settings import ConfigError
 from tests.test_fs_kit import (
     Recorder,
     collector,
+    mount_tmpfs,
     need_root,
     quiesce,
     running,
@@ -194,8 +195,14 @@ async def test_a_saved_state_that_cannot_be_used_starts_from_a_baseline(tmp_path
     assert rec.events == []  # the baseline: what is there is the starting state
 
 
-async def test_the_writer_pid_is_evidence_with_fanotify(tmp_path: Path) -> None:
+async def test_the_writer_pid_is_evidence_with_fanotify(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     need_root("fanotify file-system marks need CAP_SYS_ADMIN")
+    # A file system of the test's own: a fanotify mark sees every writer on the file system,
+    # and on / the machine's other writers kept the collector from going quiet (issue 30).
+    tmp_path = tmp_path / "mnt"
+    mount_tmpfs(tmp_path, request, size="16m")
     rec = Recorder()
     c = collector(settings([str(tmp_path)], mode="fanotify", settle=0.05), rec)
     async with running(c, rec):
