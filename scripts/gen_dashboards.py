@@ -7,7 +7,7 @@ Two dashboards, in Grafana's dashboard JSON model
   capacity against its budget, alert states, source health and proof of sight, the notifier
   queue, and the cluster view (on how many nodes a surface is elevated).
 - ``capalarm-surface.json``: one surface, drilled down: rate with baseline and threshold per
-  node, events, capacity against every budget horizon, the seasonal budget, alert states.
+  node, events, capacity against the hourly allowance, the budget nearest to firing, alert states.
 
 Both pick their Prometheus with a ``datasource`` variable, use ``$__rate_interval`` in every
 rate (https://grafana.com/docs/grafana/latest/datasources/prometheus/template-variables/),
@@ -352,9 +352,9 @@ def overview() -> dict[str, Any]:
             ),
             bars(
                 "Capacity against budget",
-                "Each surface's capacity-budget excess (the CUSUM of estimated bits above the allowance) as a share of its tolerance, on its worst horizon and node. 100% is where the budget rule fires.",
+                "Each surface's capacity-budget excess (the CUSUM of estimated bits above the allowance) as a share of its tolerance, on its worst horizon (or the seasonal budget) and node (capalarm_surface_budget_ratio). 100% is where the budget rule fires.",
                 "percentunit",
-                f"topk(20, max by (surface, kind) (capalarm_surface_budget_horizon_excess_bytes{{{SURF}}} / capalarm_surface_budget_horizon_tolerance_bytes{{{SURF}}}))",
+                f"topk(20, max by (surface, kind) (capalarm_surface_budget_ratio{{{SURF}}}))",
                 "{{surface}} ({{kind}})",
                 min=0,
                 max=1,
@@ -522,7 +522,7 @@ def overview() -> dict[str, Any]:
                     "{{kind}} capacity",
                 ),
                 Query(
-                    f'0.5 * 8 * sum by (kind) (capalarm_surface_budget_horizon_allowance_bytes_per_second{{{SURF}, horizon="1h"}})',
+                    f"0.5 * 8 * sum by (kind) (capalarm_surface_budget_hour_allowance_bytes_per_second{{{SURF}}})",
                     "{{kind}} half of hourly allowance",
                 ),
             ),
@@ -619,42 +619,30 @@ def surface() -> dict[str, Any]:
         [
             timeseries(
                 "Capacity bound and allowances",
-                "Lampson capacity bound in bits per second per node, against each budget horizon's allowance.",
+                "Lampson capacity bound in bits per second per node, against what the surface's budgets let through over an hour (the least of k + h / 3600 s over its horizons; each horizon's allowance is on the status page and in /api/v1/surfaces).",
                 "bps",
                 Query(
                     f"8 * capalarm_surface_capacity_bytes_per_second{{{one}}}",
                     "{{instance}} capacity",
                 ),
                 Query(
-                    f"8 * capalarm_surface_budget_horizon_allowance_bytes_per_second{{{one}}}",
-                    "{{instance}} allowance {{horizon}}",
+                    f"8 * capalarm_surface_budget_hour_allowance_bytes_per_second{{{one}}}",
+                    "{{instance}} hourly allowance",
                 ),
             ),
             timeseries(
                 "Budget excess against tolerance",
-                "Each horizon's CUSUM excess as a share of its tolerance, per node: the budget rule fires at 100%.",
+                "The budget nearest to firing, per node: the largest CUSUM excess over tolerance of every horizon and the seasonal budget (capalarm_surface_budget_ratio); the budget rule fires at 100%. Each horizon's figures: the status page, /api/v1/surfaces, or http.metrics: full.",
                 "percentunit",
-                Query(
-                    f"capalarm_surface_budget_horizon_excess_bytes{{{one}}} / capalarm_surface_budget_horizon_tolerance_bytes{{{one}}}",
-                    "{{instance}} {{horizon}}",
-                ),
+                Query(f"capalarm_surface_budget_ratio{{{one}}}", "{{instance}}"),
                 min=0,
                 thresholds=SHARE,
                 custom={"thresholdsStyle": {"mode": "line"}},
             ),
-            timeseries(
-                "Seasonal budget",
-                "The seasonal (relative) budget's CUSUM over its tolerance: fires above 1. Judged only once a day of history is in (see the state panel).",
-                "none",
-                Query(f"capalarm_surface_seasonal_budget_ratio{{{one}}}", "{{instance}}"),
-                min=0,
-                thresholds=[(None, "green"), (1, "red")],
-                custom={"thresholdsStyle": {"mode": "line"}},
-            ),
             state_timeline(
                 "Learning or judged",
-                "Whether the spike baseline has enough history to judge (capalarm_surface_baseline_ready); while learning, the budgets and the beacon rule still protect the surface.",
-                f"capalarm_surface_baseline_ready{{{one}}}",
+                "Whether the spike baseline has enough history to judge (the baseline_ready label of capalarm_surface_info); while learning, the budgets and the beacon rule still protect the surface.",
+                f'max by (instance) (capalarm_surface_info{{{one}, baseline_ready="1"}}) or max by (instance) (0 * capalarm_surface_info{{{one}}})',
                 "{{instance}}",
                 READY_MAPPINGS,
             ),
@@ -665,7 +653,7 @@ def surface() -> dict[str, Any]:
         [
             state_timeline(
                 "Alert state by rule",
-                "The surface's rules (spike, budget, and drop, beacon and duty where on) per node: inactive, pending or firing.",
+                "The surface's rules (spike, budget, and drop, beacon and duty where on) per node: pending or firing (a rule at rest has no series by default: nothing shown is inactive).",
                 'capalarm_alert_state{job=~"$job", instance=~"$instance", target_type="surface", target="$surface"}',
                 "{{instance}} {{rule}}",
                 ALERT_STATE_MAPPINGS,
@@ -714,7 +702,7 @@ def surface() -> dict[str, Any]:
     return dashboard(
         "capalarm-surface",
         "capalarm / Surface",
-        "One write surface in detail: rate, baseline and threshold per node, capacity against every budget horizon, alert states.",
+        "One write surface in detail: rate, baseline and threshold per node, capacity against its hourly allowance, the budget nearest to firing, alert states.",
         variables,
         [per_node, budget, alerts],
         links,

@@ -148,7 +148,7 @@ def test_overview_shows_what_issue_14_asks_for():
     text = json.dumps(load(DASHBOARDS / "capalarm-overview.json"))
     for metric in (
         "capalarm_surface_threshold_bytes_per_second",
-        "capalarm_surface_budget_horizon_tolerance_bytes",
+        "capalarm_surface_budget_ratio",  # excess over tolerance, the horizon nearest to firing
         "capalarm_alert_state",
         "capalarm_source_up",
         "capalarm_source_last_record_timestamp_seconds",
