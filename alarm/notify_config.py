@@ -52,6 +52,7 @@ DEFAULT_SEVERITIES: dict[str, str] = {
     # The source runs but cannot see (a canary missed, a tree gone, a poll too old).
     "surface_blind": "error",
     "outbox_write_failed": "critical",
+    "state_save_failed": "critical",
 }
 
 

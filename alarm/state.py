@@ -11,6 +11,13 @@ Detector.state_arrays): a group is replaced whole, with a JSON header that says 
 (surface keys) its arrays hold.  JSON with base64 cost about 6 s and 262 MB per save at 100k
 surfaces; raw arrays cost what the disk takes to write them, and the big, slowly learned
 profiles need not be written every tick.
+
+Locks.  Another process holding the database (a backup, an operator's ``sqlite3`` inside a
+transaction) must not stop the pipeline thread, which saves and records alert changes between
+ticks: once open, every write waits for SQLite's write lock at most ``BUSY_TIMEOUT`` and then
+fails (the caller retries later, exporters/diskfull.py and alarm/service.py say how).  This
+process's own writers of the file (this store and the notification outbox, on other threads)
+would then fail on each other: they take ``write_lock`` first and wait there instead.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import errno
 import json
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -33,6 +41,8 @@ from alarm.detector.persist import DTYPES
 ArrayGroup = tuple[dict[str, Any], dict[str, np.ndarray]]
 
 SCHEMA_VERSION = 1
+# Seconds a write waits for another process's lock on the database before it fails.
+BUSY_TIMEOUT = 0.2
 
 
 class StateError(RuntimeError):
@@ -91,6 +101,8 @@ class StateStore:
         self.dir = Path(state_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "capalarm.db"
+        # Held around every write transaction by this store and the outbox (module docstring).
+        self.write_lock = threading.Lock()
         try:
             self._open()
         except sqlite3.Error as exc:
@@ -125,6 +137,9 @@ class StateStore:
         self.db.execute(
             "INSERT OR IGNORE INTO kv VALUES ('schema', ?, ?)", (str(SCHEMA_VERSION), time.time())
         )
+        # Opening waited the default 5 s for a lock (and fails at start if it stays held);
+        # from now on a held lock fails a save quickly, and the save is tried again later.
+        self.db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
 
     def _check_schema(self) -> None:
         """A new (empty) file, or a capalarm database of this SCHEMA_VERSION; else StateError."""
@@ -236,6 +251,18 @@ class StateStore:
         atomically."""
         text = json.dumps(value, separators=(",", ":"))
         now = time.time()
+        with self.write_lock:
+            self._save(text, key, now, groups, ledger, drop_ledgers)
+
+    def _save(
+        self,
+        text: str,
+        key: str,
+        now: float,
+        groups: dict[str, ArrayGroup] | None,
+        ledger: Mapping[str, Mapping[str, str | None]] | None,
+        drop_ledgers: Iterable[str],
+    ) -> None:
         self.db.execute("BEGIN IMMEDIATE")
         try:
             self.db.execute("INSERT OR REPLACE INTO kv VALUES (?, ?, ?)", (key, text, now))

@@ -179,7 +179,7 @@ class MemoryRows:
     what became of each.  One lock makes every method atomic, so a row delivered while the
     pipeline thread is deciding the rows again is never held (and sent) again."""
 
-    __slots__ = ("_attempts", "_delivered", "_ids", "_lock", "_next_at", "_rows")
+    __slots__ = ("_attempts", "_delivered", "_ids", "_lock", "_next_at", "_rows", "listener")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -188,6 +188,8 @@ class MemoryRows:
         self._attempts: dict[int, int] = {}
         self._delivered: set[str] = set()  # idempotency keys
         self._ids: dict[str, int] = {}  # idempotency key -> stable negative id
+        # Told each key delivered (the notifier's held-changes journal, exporters/diskfull.py).
+        self.listener: Callable[[list[str]], None] | None = None
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -246,6 +248,8 @@ class MemoryRows:
         with self._lock:
             self._delivered.add(row.idem_key)
             self._drop(row)
+        if self.listener is not None:
+            self.listener([row.idem_key])
 
     def gave_up(self, row: Row) -> None:
         with self._lock:

@@ -11,16 +11,17 @@
 - ``reload(config)`` — SIGHUP: destinations, filters, silences and secrets are rebuilt aside
   from a config that has already validated (``exporters/destinations.py``); if building fails
   (a secret missing) it raises ConfigError and nothing changes.
-- ``storage_failed(exc)`` and every failed write: the disk-full fallback
-  (``exporters/diskfull.py``).
+- every failed write: the disk-full fallback (``exporters/diskfull.py``), whose held changes
+  survive a kill in a journal; ``firing(fp)``: whether an alert is open as far as the router
+  knows (the service's own alarms, after a restart).
 - ``views`` (the channels, for ``/metrics``), ``api()`` (``exporters/notify_api.py``),
   ``stats()``.
 
-Threads.  The pipeline thread calls ``record`` and ``storage_failed``; the outbox thread runs
+Threads.  The pipeline thread calls ``record`` and ``firing``; the outbox thread runs
 ``reconcile`` and ``api``; a scrape reads ``views`` from a worker thread; the event loop owns
 the workers.  Everything one configuration produced (its destinations and its channels) is one
 immutable ``_Active``, replaced by a single assignment under ``_lock``; the writers (``record``,
-``reconcile``, ``storage_failed``, the sweep of removed destinations) take the same lock and
+``reconcile``, the sweep of removed destinations) take the same lock and
 read it once, so each works with one configuration from start to end, and a reload can
 neither lose a change nor queue one twice.  Readers take no lock: they read one snapshot.
 """
@@ -87,19 +88,30 @@ class _StatsCache:
 
 
 class Notifications:
-    def __init__(self, config: Config, status_page: str | None = None):
-        self.outbox = Outbox(Path(config.state_dir) / "capalarm.db")
+    def __init__(
+        self,
+        config: Config,
+        status_page: str | None = None,
+        write_lock: threading.Lock | None = None,
+    ):
+        """``write_lock``: the state store's (StateStore.write_lock), so that the outbox and
+        the state save never wait on each other inside SQLite (alarm/state.py)."""
+        self.outbox = Outbox(Path(config.state_dir) / "capalarm.db", write_lock=write_lock)
         host, port = config.http.host_port()
         dests = build_destinations(config, status_page or f"http://{host}:{port}/")
         self._stats = _StatsCache(self.outbox)
         self._active = _Active(dests, channel_set(dests, None, self._stats))
         self._lock = threading.Lock()
         self._held = HeldChanges(self.outbox.path)
+        self._journal_deliveries(self._active.channels)
         # What the event loop owns while run() runs.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._workers: Workers | None = None
         self._orphans_due = True  # sweep rows of removed destinations at the next housekeeping
         self.housekeeping_errors = 0
+        # Alert changes older than what the router remembers of their alert (the ticks a
+        # restarted service evaluates again): not routed again (exporters/recording.py).
+        self.replayed = 0
         self.views = LiveChannels(lambda: self._active.channels.views)
 
     # -- configuration -------------------------------------------------------------------
@@ -124,6 +136,7 @@ class Notifications:
             # Built from the running set (channels that stay keep their counters and held
             # rows) under the lock, so two reloads never build from the same previous set.
             self._active = _Active(dests, channel_set(dests, self._active.channels, self._stats))
+            self._journal_deliveries(self._active.channels)
             self._orphans_due = True
         self._on_loop(self._sync_workers)
         log.info(
@@ -132,11 +145,18 @@ class Notifications:
             len(dests.config.silences),
         )
 
+    def _journal_deliveries(self, channels: ChannelSet) -> None:
+        """A row delivered from memory is written to the held-changes journal at once, so a
+        killed process's successor does not send it again (exporters/diskfull.py)."""
+        for mem in channels.memory.values():
+            mem.listener = self._held.journal.delivered
+
     # -- recording (pipeline thread; reconcile on the outbox thread) ------------------------
     def record(self, changes: list[AlertChange], now: float | None = None) -> int:
         """Route and store the firing/resolved changes.  Returns rows queued."""
         new = [c.to_dict() for c in changes if c.state in NOTIFIABLE]
-        if not new and not self._held.changes and self._held.error is None:
+        held = self._held
+        if not new and not held.changes and held.error is None and not held.delivered:
             return 0
         return self._persist(new, time.time() if now is None else now, reconcile=False)
 
@@ -145,16 +165,25 @@ class Notifications:
         held changes after a write failure.  Returns rows queued."""
         return self._persist([], time.time() if now is None else now, reconcile=True)
 
-    def storage_failed(self, exc: BaseException) -> None:
-        """The state store could not save (the same disk): raise the alarm now."""
+    def firing(self, fingerprint: str) -> bool:
+        """Whether the router remembers this alert firing: its last change held in memory (or
+        in the journal of a killed process), else stored."""
         with self._lock:
-            self._hold(self._active, [*self._held.changes], exc, time.time())
+            for change in reversed(self._held.changes):
+                if change.get("fingerprint") == fingerprint:
+                    return change.get("state") == "firing"
+            try:
+                with self.outbox.reading() as tx:
+                    stored = tx.alert(fingerprint)
+            except sqlite3.Error:
+                return False
+            return stored is not None and stored[0] == "firing"
 
     def _persist(self, new: list[dict[str, Any]], now: float, reconcile: bool) -> int:
         with self._lock:
             active = self._active
             changes = self._held.to_write(new, now)
-            delivered = active.channels.delivered_from_memory()
+            delivered = active.channels.delivered_from_memory() | self._held.delivered
             try:
                 with self.outbox.transaction() as tx:
                     plan = plan_changes(tx, active.destinations, changes, now, reconcile)
@@ -162,6 +191,13 @@ class Notifications:
             except (sqlite3.Error, OSError) as exc:
                 self._hold(active, [*self._held.changes, *new], exc, now)
                 return 0
+            if plan.replayed:
+                self.replayed += plan.replayed
+                log.info(
+                    "notifications: %d alert changes were already decided (ticks evaluated "
+                    "again after a restart): not sent again",
+                    plan.replayed,
+                )
             if self._held.error is not None:
                 active.channels.stored()
             self._held.stored()
@@ -181,7 +217,8 @@ class Notifications:
         except sqlite3.Error as read_exc:
             log.error("notifications: cannot even read %s: %s", self.outbox.path, read_exc)
             return
-        active.channels.hold(plan.rows, now)
+        done = self._held.delivered  # by the process before this one, from its journal
+        active.channels.hold([r for r in plan.rows if r.idem_key not in done], now)
 
     def _sweep_orphans(self, now: float) -> None:
         """Rows queued for a destination that is no longer configured move to the dead
@@ -295,3 +332,4 @@ class Notifications:
 
     def close(self) -> None:
         self.outbox.close()
+        self._held.journal.close()

@@ -18,6 +18,13 @@ killed at any point loses nothing that was committed; a power cut may lose the l
 the same as the detector state beside it.  Delivery is at-least-once: a row whose send was
 in flight when the process died is sent again, with the same idempotency key.
 
+Locks.  Writes wait for SQLite's write lock at most ``BUSY_TIMEOUT`` (alarm/state.py): the
+pipeline thread records alert changes, and a database held by another process (a backup, an
+operator's ``sqlite3`` in a transaction) must not stop it; a write that cannot get the lock
+fails at once and its changes are held in memory (exporters/diskfull.py).  This process's own
+writers (the state save, the outbox) take the state store's ``write_lock`` first, so they wait
+for each other there, never inside SQLite.
+
 All methods are synchronous and serialised by one lock; the event loop calls them through
 ``call`` (a single worker thread), the pipeline thread calls ``transaction`` directly.  A delivery
 outcome is written with ``settle`` (a batch: delete, retry later, or dead-letter).
@@ -35,6 +42,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+
+from alarm.state import BUSY_TIMEOUT
 
 T = TypeVar("T")
 
@@ -125,7 +134,9 @@ class ChannelStats:
 
 
 class Outbox:
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, write_lock: threading.Lock | None = None):
+        """``write_lock``: held around every write transaction, shared with the state store
+        of the same file (module docstring)."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE ... COMMIT), so a
@@ -136,9 +147,11 @@ class Outbox:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self._lock = threading.RLock()
+        self._write_lock = write_lock if write_lock is not None else threading.Lock()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="capalarm-outbox")
         with self.transaction() as db:
             db.executescript_safe(SCHEMA)
+        self.db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
 
     # -- plumbing --------------------------------------------------------------------
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
@@ -146,7 +159,7 @@ class Outbox:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Transaction]:
-        with self._lock:
+        with self._lock, self._write_lock:
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 yield Transaction(self.db)

@@ -8,6 +8,13 @@ channel of its destination.  A reconcile pass does the same for every remembered
 change: repeats that are due, silences that ended, flapping alerts that settled; it also
 forgets resolved alerts nobody needs any more.  The plan is written back with its rows in the
 same transaction, so a crash never separates a decision from its notification.
+
+A change older than the alert's remembered one is a *replay*, and is skipped: a service
+restarted after a crash (or after its state could not be saved, a full disk) evaluates again
+the ticks since its last state save, and gives again the changes it gave then, at the same
+tick times.  The router already decided on those; deciding again would page again (a firing
+replayed after its resolve is a new state to the router).  A tick's changes carry its end time
+(event time), so an alert's changes come in order of ``at``.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ class Plan:
     alerts: dict[str, AlertMemory] = field(default_factory=dict)
     sent: dict[tuple[str, str], Sent] = field(default_factory=dict)  # (destination, fp)
     drops: set[str] = field(default_factory=set)
+    replayed: int = 0  # changes older than the alert's remembered state: skipped
 
 
 def plan_changes(
@@ -61,7 +69,11 @@ def plan_changes(
 
     for change in changes:
         fp = str(change["fingerprint"])
-        m = observe(memory(fp), change, flap)
+        known = memory(fp)
+        if known is not None and float(change.get("at", 0.0)) < known.changed:
+            plan.replayed += 1
+            continue
+        m = observe(known, change, flap)
         if m is None:
             continue
         plan.alerts[fp] = m

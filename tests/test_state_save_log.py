@@ -17,6 +17,7 @@ import time
 import pytest
 
 import alarm.service as service_module
+import alarm.statesave as statesave_module
 from alarm.config import config_from_dict
 from alarm.service import Service
 from alarm.state import storage_cause
@@ -27,7 +28,9 @@ def quiet_service(tmp_path) -> Service:
 
 
 @pytest.fixture
-def service(tmp_path):
+def service(tmp_path, monkeypatch):
+    # Every call tries to save: a failed save is otherwise tried again a second later.
+    monkeypatch.setattr(statesave_module, "RETRY_FIRST", 0.0)
     s = quiet_service(tmp_path)
     yield s
     s.executor.shutdown()
@@ -60,7 +63,7 @@ def test_a_database_locked_by_another_process_is_named_as_such(service, caplog):
     saved = [m for m in said if m.startswith("cannot save state to")]
     assert len(saved) == 1 and str(db) in saved[0], said
     assert "locked by another process" in saved[0] and "database is locked" in saved[0]
-    # The notifier's own line (its alarm holds the changes in memory) says the same.
+    # The notifier's own line (the state_save_failed alarm is held in memory) says the same.
     held = [m for m in said if m.startswith("notifications cannot be written")]
     assert len(held) == 1 and "locked by another process" in held[0], said
     assert not any("free space" in m for m in said), said
