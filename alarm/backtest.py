@@ -39,9 +39,9 @@ from alarm.collectors.kernel.formats import detect_format
 from alarm.config import Config
 from alarm.events import NAMED, Batch, KeyedSubjects, WriteEvents
 from alarm.jsontext import loads_json
+from alarm.kinds import KIND_NAMES
 from alarm.pipeline import Pipeline
 from alarm.sanitize import sanitize
-from alarm.settings import SURFACE_KINDS
 
 try:  # built by pip where a compiler is (setup.py); parse_events reads in Python without it
     from alarm import _eventscan as native_events
@@ -507,7 +507,7 @@ def run_backtest(
     # Write events may name any kind's surfaces (or undeclared ones of any kind).
     named = any(f not in KERNEL_FORMATS for _, f in formats)
     pipeline = Pipeline(
-        backtest_config, extra, extra_kinds=SURFACE_KINDS if named else (), keep_history=False
+        backtest_config, extra, extra_kinds=KIND_NAMES if named else (), keep_history=False
     )
     summary = BacktestSummary(inputs=len(inputs))
     # Everything built so far (config models, the detector's arrays, imported modules) lives

@@ -2,13 +2,14 @@
 
 Defaults live here, per surface kind, so that a config only states what differs.  The
 reasoning behind the numbers is in docs/detector.md.  Source settings come from the source
-types (alarm/collectors/), ``match:`` from each kind's classifier (alarm/classify/), and the
-notification settings from alarm/notify_config.py: this module assembles them.
+types (alarm/collectors/), the surface kinds (their ``match:``, default budgets) from the kind
+registry (alarm/kinds/), and the notification settings from alarm/notify_config.py: this
+module assembles them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -19,23 +20,23 @@ from pydantic import (
     Field,
     Tag,
     ValidationError,
+    create_model,
     field_validator,
     model_validator,
 )
 
-from alarm.classify import EgressMatch, FsMatch, RegistryMatch
 from alarm.collectors import SOURCE_TYPES
 from alarm.collectors.kernel.canary import EgressCanarySettings
 from alarm.collectors.registry import API_TAGS
+from alarm.kind import horizons
+from alarm.kinds import KIND_NAMES, KINDS
 from alarm.notify_config import NotificationsConfig
 from alarm.settings import (
     NAME_PATTERN,
-    SURFACE_KINDS,
     UNCLASSIFIED,
     ConfigError,
     Duration,
     Strict,
-    SurfaceKind,
     parse_duration,
     problems_of,
 )
@@ -228,9 +229,10 @@ class BudgetRule(Strict):
         return self
 
 
-# Defaults per kind.  Each kind has three horizons, a token-bucket envelope (docs/detector.md):
-# over a minute a surface may burst (high allowance, small tolerance); over a day it must
-# average far less (low allowance, larger tolerance).
+# Defaults per kind (each kind's module in alarm/kinds/ gives its own).  Each kind has three
+# horizons, a token-bucket envelope (docs/detector.md): over a minute a surface may burst (high
+# allowance, small tolerance); over a day it must average far less (low allowance, larger
+# tolerance).
 #
 # Unclassified is default deny: traffic nobody declared gets the tightest budget, and TCSEC's
 # covert-channel bands set its scale (above 100 bit/s is "high"; 0.1-100 bit/s must be
@@ -248,24 +250,14 @@ class BudgetRule(Strict):
 # - 1d: 0.5 bit/s, 128 Kibit: 43 kbit a day of strays (~30 packets) plus 16 KiB; the day
 #   horizon takes over from the hour one after about 20 h, as the envelope intends (with
 #   256 Kibit it did only after 44 h): a 2 bit/s drip is caught in a day, 1 bit/s in three.
-def _horizons(k: float, h: float, hour: tuple[float, float], day: tuple[float, float]) -> dict:
-    return {
-        "allowance_bits_per_second": k,
-        "tolerance_bits": h,
-        "horizon": "1m",
-        "horizons": [
-            {"horizon": "1h", "allowance_bits_per_second": hour[0], "tolerance_bits": hour[1]},
-            {"horizon": "1d", "allowance_bits_per_second": day[0], "tolerance_bits": day[1]},
-        ],
-    }
-
-
-DEFAULT_BUDGETS: dict[str, dict[str, Any]] = {
-    "egress": _horizons(1e6, 64e6, (250e3, 512e6), (100e3, 2e9)),
-    "fs": _horizons(1e6, 64e6, (250e3, 512e6), (100e3, 2e9)),
-    "registry": _horizons(1e5, 8e6, (25e3, 64e6), (10e3, 256e6)),
-    UNCLASSIFIED: _horizons(100.0, 65536.0, (2.0, 24576.0), (0.5, 131072.0)),
+DEFAULT_BUDGETS: dict[str, Mapping[str, Any]] = {
+    **{name: kind.budget for name, kind in KINDS.items()},
+    UNCLASSIFIED: horizons(100.0, 65536.0, (2.0, 24576.0), (0.5, 131072.0)),
 }
+# The kind of a surface that states none.
+DEFAULT_KIND = "egress"
+# A kind, as the config's per-kind keys (unclassified, aggregates) take it.
+SurfaceKind = Literal[KIND_NAMES]  # type: ignore[valid-type]
 # Bits of metadata an event may carry besides its payload (names, sizes, timing): an upper
 # bound, so a channel of empty packets still has capacity.
 DEFAULT_META_BITS_PER_EVENT = 64.0
@@ -294,19 +286,22 @@ class SurfaceSettings(Strict):
         return self.budget or BudgetRule(**DEFAULT_BUDGETS[self.kind])  # type: ignore[attr-defined]
 
 
-class EgressSurface(SurfaceSettings):
-    kind: Literal["egress"] = "egress"
-    match: EgressMatch = EgressMatch()
+def _surface_model(name: str) -> type[SurfaceSettings]:
+    """``{Kind}Surface``: SurfaceSettings with ``kind: <name>`` and the kind's ``match``."""
+    kind = KINDS[name]
+    tag = Literal[name]  # type: ignore[valid-type]
+    return create_model(  # type: ignore[call-overload, no-any-return]
+        kind.model_name,
+        __base__=SurfaceSettings,
+        __module__=__name__,
+        __doc__=f"A surface of kind {name}: {kind.summary}.",
+        kind=(tag, name) if name == DEFAULT_KIND else (tag, ...),
+        match=(kind.match, kind.match()),
+    )
 
 
-class FsSurface(SurfaceSettings):
-    kind: Literal["fs"]
-    match: FsMatch = FsMatch()
-
-
-class RegistrySurface(SurfaceSettings):
-    kind: Literal["registry"]
-    match: RegistryMatch = RegistryMatch()
+# kind -> its surfaces' model (EgressSurface, FsSurface, RegistrySurface, ...).
+SURFACE_MODELS: Mapping[str, type[SurfaceSettings]] = {name: _surface_model(name) for name in KINDS}
 
 
 def _tag(field_name: str, default: str) -> Callable[[Any], str]:
@@ -321,19 +316,15 @@ def _tag(field_name: str, default: str) -> Callable[[Any], str]:
 
 
 SurfaceConfig = Annotated[
-    Union[  # noqa: UP007 - a tagged union is spelled with Union and Tag
-        Annotated[EgressSurface, Tag("egress")],
-        Annotated[FsSurface, Tag("fs")],
-        Annotated[RegistrySurface, Tag("registry")],
-    ],
-    Discriminator(_tag("kind", "egress")),
+    Union[tuple(Annotated[m, Tag(name)] for name, m in SURFACE_MODELS.items())],  # type: ignore[valid-type]  # noqa: UP007
+    Discriminator(_tag("kind", DEFAULT_KIND)),
 ]
 SourceConfig = Annotated[
     Union[tuple(Annotated[t.config, Tag(name)] for name, t in SOURCE_TYPES.items())],  # type: ignore[valid-type]  # noqa: UP007
     Discriminator(_tag("type", "auto")),
 ]
 # Tags pydantic puts in error locations, which are not keys the user wrote.
-_UNION_TAGS = frozenset({*SURFACE_KINDS, *SOURCE_TYPES, *API_TAGS})
+_UNION_TAGS = frozenset({*KINDS, *SOURCE_TYPES, *API_TAGS})
 
 
 class EventTime(Strict):
@@ -439,7 +430,7 @@ class Config(Strict):
     @model_validator(mode="after")
     def _selected_sources_exist(self) -> Config:
         kinds = {s.name: SOURCE_TYPES[s.type].kind for s in self.sources}
-        problems = _source_references(kinds, [(s.kind, s.match.source) for s in self.surfaces])
+        problems = _source_references(kinds, [(s.kind, _selected(s.match)) for s in self.surfaces])
         if problems:
             raise ValueError(problems[0])
         return self
@@ -467,10 +458,16 @@ class Config(Strict):
         """Kinds with a declared surface or a source feeding them: each has an
         ``unclassified`` surface."""
         kinds = {s.kind for s in self.surfaces} | {SOURCE_TYPES[s.type].kind for s in self.sources}
-        return [k for k in SURFACE_KINDS if k in kinds]
+        return [k for k in KINDS if k in kinds]
 
     def unclassified_budget(self, kind: str) -> BudgetRule:
         return self.unclassified.get(kind) or BudgetRule(**DEFAULT_BUDGETS[UNCLASSIFIED])  # type: ignore[call-overload]
+
+
+def _selected(match: Any) -> list[Any]:
+    """The sources a surface's ``match.source`` selects (a kind whose match has no ``source``
+    selects none by name)."""
+    return list(getattr(match, "source", []))
 
 
 def _duplicate_names(label: str, names: list[Any]) -> list[str]:
@@ -539,8 +536,9 @@ def _cross_problems(data: dict[str, Any]) -> list[str]:
         refs = []
         for s in surfaces:
             match = s.get("match")
-            kind = text(s, "kind", "egress")
-            ok = isinstance(match, dict) and kind in SURFACE_KINDS
+            kind = text(s, "kind", DEFAULT_KIND)
+            ok = isinstance(match, dict) and kind in KINDS
+            ok = ok and "source" in KINDS[kind].match.model_fields
             refs.append((kind, names(match.get("source")) if ok else []))  # type: ignore[union-attr]
         problems += _source_references(kinds, refs)
         canary = data.get("egress_canary")
@@ -562,8 +560,11 @@ def config_from_dict(data: Any) -> Config:
     raise ConfigError(problems)
 
 
-def _types_feeding(kind: str) -> list[str]:
-    return [name for name, t in SOURCE_TYPES.items() if t.kind == kind]
+def _types_feeding(kind: str) -> str:
+    types = sorted(name for name, t in SOURCE_TYPES.items() if t.kind == kind)
+    if not types:  # a kind fed only by collectors given to the service, not by config
+        return "no source type of the config feeds it"
+    return f"declare a source of type {' or '.join(types)}"
 
 
 def config_warnings(config: Config) -> list[str]:
@@ -574,7 +575,7 @@ def config_warnings(config: Config) -> list[str]:
     fed = {SOURCE_TYPES[s.type].kind for s in config.sources}
     return [
         f"surfaces[{i}] ({s.name!r}): no source feeds {s.kind} surfaces, so it watches nothing "
-        f"(declare a source of type {' or '.join(sorted(_types_feeding(s.kind)))})"
+        f"({_types_feeding(s.kind)})"
         for i, s in enumerate(config.surfaces)
         if s.kind not in fed
     ]
@@ -588,13 +589,12 @@ def _match_hint(problem: str, data: dict[str, Any]) -> str:
     if not sep or msg != "Extra inputs are not permitted" or not head.startswith("surfaces["):
         return problem
     try:
-        kind = data["surfaces"][int(head[len("surfaces[") : -1])].get("kind", "egress")
+        kind = data["surfaces"][int(head[len("surfaces[") : -1])].get("kind", DEFAULT_KIND)
     except (KeyError, IndexError, ValueError, TypeError, AttributeError):
         return problem
-    models = {"egress": EgressMatch, "fs": FsMatch, "registry": RegistryMatch}
-    if kind not in models:
+    if not isinstance(kind, str) or kind not in KINDS:
         return problem
-    fields = ", ".join(models[kind].model_fields)
+    fields = ", ".join(KINDS[kind].match.model_fields)
     return f"{where}: {key!r} is not a match field of {kind} surfaces (they match on {fields})"
 
 

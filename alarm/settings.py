@@ -5,12 +5,10 @@ their key path.  A leaf module: the source, classifier and notification models i
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
-SurfaceKind = Literal["egress", "fs", "registry"]
-SURFACE_KINDS: tuple[str, ...] = ("egress", "fs", "registry")
 UNCLASSIFIED = "unclassified"
 # Surface and source names: they become label values, so they are short and plain.
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$"

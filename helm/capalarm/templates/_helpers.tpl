@@ -96,13 +96,15 @@ app.kubernetes.io/component: {{ include "capalarm.component" .workload }}
 {{- end }}
 
 {{/*
-Source types by the workload that runs them.  Node-local sources read this node's kernel log
-and directories; registry sources poll services once for the whole cluster.
+Source types and surface kinds by the workload that runs them, as a dict
+{daemonset: {kinds, sourceTypes}, deployment: {kinds, sourceTypes}}: files/placement.yaml,
+generated from the service's kind registry (alarm/kinds/, each kind says where its sources
+run) by scripts/gen_chart_files.py.  Node-local sources read this node's kernel log and
+directories; registry sources poll services once for the whole cluster.
 */}}
-{{- define "capalarm.nodeSourceTypes" -}}auto kmsg journald file fs{{- end }}
-{{- define "capalarm.clusterSourceTypes" -}}registry{{- end }}
-{{- define "capalarm.nodeKinds" -}}egress fs{{- end }}
-{{- define "capalarm.clusterKinds" -}}registry{{- end }}
+{{- define "capalarm.placement" -}}
+{{- .Files.Get "files/placement.yaml" }}
+{{- end }}
 
 {{/*
 One workload's share of .Values.config, as YAML: (dict "root" $ "workload" "daemonset").
@@ -115,9 +117,11 @@ A source without `type` is `auto`, a surface without `kind` is `egress`, and a c
 {{- $root := .root }}
 {{- $node := eq .workload "daemonset" }}
 {{- $config := deepCopy $root.Values.config }}
-{{- $nodeTypes := splitList " " (include "capalarm.nodeSourceTypes" .) }}
-{{- $clusterTypes := splitList " " (include "capalarm.clusterSourceTypes" .) }}
-{{- $kinds := splitList " " (ternary (include "capalarm.nodeKinds" .) (include "capalarm.clusterKinds" .) $node) }}
+{{- $placement := include "capalarm.placement" $root | fromYaml }}
+{{- $nodeTypes := $placement.daemonset.sourceTypes }}
+{{- $clusterTypes := $placement.deployment.sourceTypes }}
+{{- $allKinds := concat $placement.daemonset.kinds $placement.deployment.kinds }}
+{{- $kinds := (get $placement .workload).kinds }}
 {{- $allSources := ternary $config.sources (list (dict "name" "kernel")) (hasKey $config "sources") }}
 {{- $sources := list }}
 {{- range $allSources }}
@@ -131,6 +135,9 @@ A source without `type` is `auto`, a surface without `kind` is `egress`, and a c
 {{- end }}
 {{- $surfaces := list }}
 {{- range (default list $config.surfaces) }}
+{{- if not (has (default "egress" .kind) $allKinds) }}
+{{- fail (printf "config.surfaces: the chart does not know where surface %q of kind %q goes (kinds: %s)" (toString .name) (toString .kind) (join ", " $allKinds)) }}
+{{- end }}
 {{- if has (default "egress" .kind) $kinds }}
 {{- $surfaces = append $surfaces . }}
 {{- end }}
