@@ -53,7 +53,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDictProxy
 from pydantic import SecretStr
 
 from alarm.collectors.registry.decode import decoded_estimate
@@ -276,6 +276,7 @@ class RegistryClient:
         api = str(getattr(settings, "api", ""))
         self.tokens: TokenCache | None = TokenCache() if api in TOKEN_APIS else None
         self.budget = PollBudget(settings.max_poll_bytes, counts)
+        self._timeout: Any = None  # aiohttp.ClientTimeout, made once with the session
         # Requests to URLs starting with this are on the home origin without parsing them
         # (the common case, once per request).
         self._home_prefix = _origin_prefix(self.home_url)
@@ -288,6 +289,7 @@ class RegistryClient:
     async def __aenter__(self) -> RegistryClient:
         ctx = ssl.create_default_context(cafile=self.settings.ca_file)
         aiohttp = _aiohttp()
+        self._timeout = aiohttp.ClientTimeout(total=self.settings.timeout)
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(ssl=ctx, limit=self.settings.concurrency),
             headers={"User-Agent": USER_AGENT},
@@ -552,7 +554,7 @@ class RegistryClient:
     ) -> Reply:
         assert self.session is not None, "use the client as an async context manager"
         cap = max_bytes or self.settings.max_response_bytes
-        timeout = _aiohttp().ClientTimeout(total=self.settings.timeout)
+        timeout = self._timeout
         async with (
             self.limit,
             self.session.request(
@@ -567,9 +569,8 @@ class RegistryClient:
                 raise PollError(f"{safe_url(url)}: body of {declared} bytes over the {cap} cap")
             else:
                 body = await self._read(resp.content, url, cap, declared)
-            return Reply(
-                resp.status, str(resp.url), CIMultiDictProxy(CIMultiDict(resp.headers)), body
-            )
+            # The response's headers are immutable (a CIMultiDictProxy): kept as they are.
+            return Reply(resp.status, str(resp.url), resp.headers, body)
 
     async def _read(
         self, content: Any, url: str, cap: int, declared: int | None
