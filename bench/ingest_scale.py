@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Figure: live ingest at 100,000 surfaces against 100 (issue 28, "At 100,000 surfaces";
+floor: within 2x).
+
+    python bench/ingest_scale.py [--surfaces 100,100000] [--seconds 600] [--rate 2000]
+
+For each surface count, the installed service (alarm.service.Service, its state in a temporary
+directory) is handed kernel fence records the way a kernel source hands them over: the fence
+reader's write events in batches of 1,000, each applied on the pipeline thread's path
+(``Service._apply``: classify and count, close the ticks the watermark allows, evaluate them,
+record alert changes, save a checkpoint when one is due).  ``--seconds`` of event time at
+``--rate`` records/s (10 s ticks), every record to one of 50 surfaces: few surfaces change, the
+others are declared and idle.  Prints records/s per surface count, the share of that time
+spent in ``StateStore.save``, and the ratio against the smallest count (the anchor, same run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.append(str(Path(__file__).resolve().parents[1]))  # after site-packages
+
+import alarm
+from alarm.collectors.kernel.fence import FenceReader
+from alarm.collectors.kernel.records import KernelRecord
+from alarm.collectors.kernel.synthetic import fence_line
+from alarm.config import config_from_dict
+from alarm.events import Batch, SourceHealth
+from alarm.service import Service
+
+TICK = 10.0
+WRITTEN = 50  # surfaces the records go to
+BATCH = 1000
+
+
+class Idle:
+    """A source the bench feeds itself (Service._apply), never run."""
+
+    kind = "egress"
+
+    def __init__(self) -> None:
+        self.health = SourceHealth(up=True, provenance_verified=True)
+
+    async def run(self, emit: Any) -> None:  # pragma: no cover - not started
+        raise NotImplementedError
+
+
+def batches(seconds: float, rate: int, start: float) -> list[Batch]:
+    reader = FenceReader(("EGRESS_FENCE",), require_trusted=True, tick=TICK)
+    total = int(seconds * rate)
+    out = []
+    for lo in range(0, total, BATCH):
+        records = [
+            KernelRecord(
+                ts=start + i / rate,
+                message=fence_line("EGRESS_FENCE", "10.0.0.1", 1000 + i % WRITTEN, "TCP", 600, i),
+                facility=0,
+                trusted=True,
+            )
+            for i in range(lo, min(total, lo + BATCH))
+        ]
+        read = reader.read(records)
+        out.append(Batch(read.events, {"records_read": len(records)}, watermark=records[-1].ts))
+    return out
+
+
+def run(n: int, seconds: float, rate: int) -> dict[str, float]:
+    surfaces = [{"name": f"s{i}", "match": {"dport": [1000 + i]}} for i in range(n)]
+    # The records end a minute ago: every tick they fall in closes as they are applied.
+    start = (time.time() - seconds - 60) // TICK * TICK
+    work = batches(seconds, rate, start)
+    with tempfile.TemporaryDirectory(prefix="capalarm-ingest-") as tmp:
+        t0 = time.perf_counter()
+        config = config_from_dict(
+            {"tick": f"{TICK:g}s", "state_dir": tmp, "sources": [], "surfaces": surfaces}
+        )
+        svc = Service(config, collectors={"kern": Idle()})
+        startup = time.perf_counter() - t0
+        saving = [0.0, 0]
+        save = svc.store.save
+
+        def timed_save(*args: Any, **kwargs: Any) -> None:
+            s0 = time.perf_counter()
+            try:
+                save(*args, **kwargs)
+            finally:
+                saving[0] += time.perf_counter() - s0
+                saving[1] += 1
+
+        svc.store.save = timed_save  # type: ignore[method-assign]
+        health = {"kern": SourceHealth(up=True, provenance_verified=True)}
+        svc.pipeline.start(time.time())
+        t0 = time.perf_counter()
+        for b in work:
+            svc._apply("kern", b, health)
+        wall = time.perf_counter() - t0
+        ticks = svc.pipeline.ticks
+        counted = int(svc.pipeline.table.events_total.sum())
+        svc.executor.shutdown()
+        svc.store.close()
+        svc.notify.close()
+    records = sum(b.counts["records_read"] for b in work)
+    if counted != records:
+        raise SystemExit(f"{n} surfaces: counted {counted} events of {records}")
+    return {
+        "records": records,
+        "wall": wall,
+        "rate": records / wall,
+        "save": saving[0],
+        "saves": saving[1],
+        "ticks": ticks,
+        "startup": startup,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--surfaces", default="100,100000")
+    ap.add_argument("--seconds", type=float, default=600.0)
+    ap.add_argument("--rate", type=int, default=2000)
+    args = ap.parse_args(argv)
+    counts = [int(x) for x in args.surfaces.split(",")]
+    print(f"code path: Service._apply (installed package at {Path(alarm.__file__).parent})")
+    results = {n: run(n, args.seconds, args.rate) for n in counts}
+    anchor = results[min(counts)]["rate"]
+    for n, r in results.items():
+        print(
+            f"{n:>7,} surfaces: {r['rate']:10,.0f} records/s ({r['records']:,} records, "
+            f"{r['ticks']:.0f} ticks, {r['wall']:.2f} s; StateStore.save {r['save']:.2f} s "
+            f"in {r['saves']:.0f} saves = {100 * r['save'] / r['wall']:.0f} %; start "
+            f"{r['startup']:.1f} s)  x{anchor / r['rate']:.2f} slower than {min(counts):,}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
