@@ -30,7 +30,7 @@ from alarm.collectors.kernel.canary import EgressCanarySettings
 from alarm.collectors.registry import API_TAGS
 from alarm.kind import horizons
 from alarm.kinds import KIND_NAMES, KINDS
-from alarm.notify_config import NotificationsConfig
+from alarm.notify_config import DESTINATION_TYPES, TARGET_KINDS, NotificationsConfig
 from alarm.settings import (
     NAME_PATTERN,
     UNCLASSIFIED,
@@ -324,7 +324,7 @@ SourceConfig = Annotated[
     Discriminator(_tag("type", "auto")),
 ]
 # Tags pydantic puts in error locations, which are not keys the user wrote.
-_UNION_TAGS = frozenset({*KINDS, *SOURCE_TYPES, *API_TAGS})
+_UNION_TAGS = frozenset({*KINDS, *SOURCE_TYPES, *API_TAGS, *DESTINATION_TYPES})
 
 
 class EventTime(Strict):
@@ -436,6 +436,13 @@ class Config(Strict):
         return self
 
     @model_validator(mode="after")
+    def _filters_name_known_kinds(self) -> Config:
+        problems = _filter_kinds([d.filter.kinds for d in self.notifications.destinations])
+        if problems:
+            raise ValueError(problems[0])
+        return self
+
+    @model_validator(mode="after")
     def _canary_sources_are_kernel_sources(self) -> Config:
         canary = self.egress_canary
         if canary is None:
@@ -497,6 +504,18 @@ def _source_references(kinds: dict[str, str], surfaces: list[tuple[str, list[Any
     return problems
 
 
+def _filter_kinds(filters: list[list[Any]]) -> list[str]:
+    """A destination filter's ``kinds`` are registered kinds or source/service: a misspelt
+    one would match no alert, and the destination would silently get nothing."""
+    known = (*KINDS, *TARGET_KINDS)
+    return [
+        f"notifications.destinations[{i}].filter.kinds: {kind!r} is not a kind ({', '.join(known)})"
+        for i, kinds in enumerate(filters)
+        for kind in kinds
+        if isinstance(kind, str) and kind not in known
+    ]
+
+
 def _canary_references(kinds: dict[str, str], names: list[Any]) -> list[str]:
     return [
         f"egress_canary.sources: {name!r} is not a declared kernel source"
@@ -524,8 +543,16 @@ def _cross_problems(data: dict[str, Any]) -> list[str]:
 
     sources = items("sources", [{"name": "kernel"}])
     surfaces = items("surfaces", [])
+    notifications = data.get("notifications")
+    destinations = notifications.get("destinations") if isinstance(notifications, dict) else []
+    filters = [
+        (d.get("filter") or {}) if isinstance(d, dict) else {}
+        for d in (destinations if isinstance(destinations, list) else [])
+    ]
+    filter_kinds = [f.get("kinds", []) if isinstance(f, dict) else [] for f in filters]
     problems = _duplicate_names("surfaces", names([s.get("name") for s in surfaces]))
     problems += _duplicate_names("sources", names([s.get("name") for s in sources]))
+    problems += _filter_kinds([[k] if isinstance(k, str) else names(k) for k in filter_kinds])
     kinds = {
         s["name"]: SOURCE_TYPES[text(s, "type", "auto")].kind
         for s in sources

@@ -100,13 +100,16 @@ def _as_list(value: Any) -> Any:
 
 
 Names = Annotated[list[str], BeforeValidator(_as_list)]
+# The kinds of alerts that are not about a surface (a filter's ``kinds`` takes them too).
+TARGET_KINDS = ("source", "service")
 
 
 class Filter(Strict):
     """Which alerts a destination gets.  Every list given must match (AND); each list is any-of.
 
     ``targets`` are surface or source names, with shell-style wildcards (``registry-*``);
-    ``kinds`` are surface kinds (egress, fs, registry) or ``source`` / ``service``;
+    ``kinds`` are surface kinds (alarm/kinds/: egress, fs, registry) or ``source`` /
+    ``service`` (alarm/config.py checks them against the kinds registered);
     ``min_severity`` passes that severity and everything above it."""
 
     targets: Names = []
@@ -180,6 +183,11 @@ Destination = Annotated[
     WebhookDestination | AlertmanagerDestination | PagerDutyDestination | SlackDestination,
     Field(discriminator="type"),
 ]
+# The tags pydantic puts in the error locations of a destination (not keys a user wrote).
+DESTINATION_TYPES = frozenset(
+    d.model_fields["type"].default
+    for d in (WebhookDestination, AlertmanagerDestination, PagerDutyDestination, SlackDestination)
+)
 
 
 def _timestamp(value: Any) -> float:

@@ -258,3 +258,33 @@ def test_a_half_declared_kind_module_stops_the_import(
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode != 0
     assert problem in res.stderr
+
+
+def test_a_destination_filter_names_registered_kinds_only() -> None:
+    """`filter: {kinds: [egres]}` matched no alert, so the destination silently got nothing:
+    it is a config error now, in the same pass as the others, at the key the user wrote (the
+    destination's `type` tag is not part of the path)."""
+    from alarm.config import ConfigError
+
+    def destination(name: str, **extra: Any) -> dict[str, Any]:
+        return {"name": name, "type": "webhook", "url": "http://127.0.0.1:9/", **extra}
+
+    ok = {"destinations": [destination("a", filter={"kinds": [*KINDS, "source", "service"]})]}
+    assert config_from_dict({"notifications": ok}).notifications.destinations[0].filter.kinds
+    bad = {
+        "tick": "1ms",
+        "notifications": {
+            "destinations": [
+                destination("a", filter={"kinds": "egres"}),
+                destination("b", timeout="x"),
+            ]
+        },
+    }
+    with pytest.raises(ConfigError) as exc:
+        config_from_dict(bad)
+    assert exc.value.problems == [
+        "tick: tick must be between 50ms and 1h",
+        "notifications.destinations[1].timeout: 'x' is not a duration like 10s, 5m, 1h",
+        "notifications.destinations[0].filter.kinds: 'egres' is not a kind "
+        "(egress, fs, registry, source, service)",
+    ]
