@@ -539,3 +539,25 @@ def test_the_memory_of_what_was_counted_is_bounded_and_survives_a_save() -> None
     assert back.restore(recent.to_json()) and back.seen_again(2, 1120.0)
     assert not back.restore({"h": "!!", "t": ""}) and len(back) == 0
     assert back.restore(None) and len(back) == 0
+
+
+async def test_a_board_that_pages_for_ever_fails_the_poll_at_max_pages() -> None:
+    """A JSON board whose every page links to a new one, each link a few kB: the source kept
+    every page URL it read (up to 100,000: hundreds of MB).  It is bounded by the source's
+    ``max_pages`` like every other paged listing, and the poll fails, counted."""
+    served = {"n": 0}
+
+    async def page(request: web.Request) -> web.Response:
+        served["n"] += 1
+        nxt = f"/posts?p={served['n']}&pad={'x' * 4000}"
+        return web.json_response({"posts": [post(served["n"])], "next": nxt})
+
+    app = web.Application()
+    app.router.add_get("/posts", page)
+    async with serve(app) as site:
+        rec = Recorder()
+        source = collector(rec, **BOARD, next="next", url=f"{site.base}/posts", max_pages=20)
+        assert not await poll(source, rec)
+        assert rec.counts()["pages_over_limit"] == 1
+        assert "max_pages" in source.health.last_error
+        assert served["n"] == 20

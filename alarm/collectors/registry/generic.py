@@ -35,7 +35,6 @@ from alarm.collectors.registry.listing import Diff, identity_hash
 from alarm.collectors.registry.oci import next_link
 from alarm.collectors.registry.poller import Cycle, parse_time
 
-MAX_PAGES = 100_000
 # The per-repository set of (id, revision) hashes and the highest sequence number seen are
 # kept as a second index group, named so that no repository's own group can be: repository
 # names are read with any NUL replaced (``repository_of``).
@@ -120,14 +119,13 @@ class JsonAdapter:
         cfg = self.cfg
         groups: dict[str, Listed] = {}
         candidates: dict[int, tuple[str, dict[str, Any]]] = {}
-        pages: set[str] = set()
+        # Bounded by the source's max_pages and max_url_bytes, pages kept as hashes.
+        pages = cycle.pages("board")
         url: str | None = cfg.url
         listed = 0
         created: int | None = None
         while url is not None:
-            if url in pages or len(pages) >= MAX_PAGES:
-                raise GarbageResponse("pagination loops")
-            pages.add(url)
+            pages.visit(url)
             reply, doc = await cycle.client.get_json(url, headers={"Accept": "application/json"})
             items = pick(doc, cfg.items)
             if not isinstance(items, list):
