@@ -51,6 +51,11 @@ class Idle:
         raise NotImplementedError
 
 
+def address(i: int) -> str:
+    """Surface ``i``'s destination: one address each."""
+    return f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}"
+
+
 def batches(seconds: float, rate: int, start: float) -> list[Batch]:
     reader = FenceReader(("EGRESS_FENCE",), require_trusted=True, tick=TICK)
     total = int(seconds * rate)
@@ -59,7 +64,7 @@ def batches(seconds: float, rate: int, start: float) -> list[Batch]:
         records = [
             KernelRecord(
                 ts=start + i / rate,
-                message=fence_line("EGRESS_FENCE", "10.0.0.1", 1000 + i % WRITTEN, "TCP", 600, i),
+                message=fence_line("EGRESS_FENCE", address(i % WRITTEN), 443, "TCP", 600, i),
                 facility=0,
                 trusted=True,
             )
@@ -71,7 +76,7 @@ def batches(seconds: float, rate: int, start: float) -> list[Batch]:
 
 
 def run(n: int, seconds: float, rate: int) -> dict[str, float]:
-    surfaces = [{"name": f"s{i}", "match": {"dport": [1000 + i]}} for i in range(n)]
+    surfaces = [{"name": f"s{i}", "match": {"dst": [f"{address(i)}/32"]}} for i in range(n)]
     # The records end a minute ago: every tick they fall in closes as they are applied.
     start = (time.time() - seconds - 60) // TICK * TICK
     work = batches(seconds, rate, start)
