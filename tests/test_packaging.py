@@ -178,6 +178,16 @@ def test_the_sdist_and_wheel_carry_the_deployment_files(tmp_path):
     where, text = found.stdout.split("\n", 1)
     assert Path(where).is_relative_to(site)
     assert text == (ROOT / "deploy/nftables/fence.nft").read_text() + "\n"
+    # The kinds registry finds its modules in the installed package too (issue 29).
+    kinds = subprocess.run(
+        [sys.executable, "-c", "from alarm.kinds import KINDS; print(*KINDS)"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert kinds.stdout.split() == ["egress", "fs", "registry"], kinds.stderr
     out = tmp_path / "etc"
     res = subprocess.run(
         [sys.executable, "-m", "alarm.cli", "deploy-files", str(out)],
