@@ -33,11 +33,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from alarm.detector.rules.base import Rule, RuleRows, TickInput
+from alarm.kinds import KINDS
 
 LEARNING = 2 * 86400.0
 GROWTH = 4.0  # the allowance grows this much a day of the surface's life
-DEFAULTS = {"egress": (64e3, 64e6), "fs": (64e3, 64e6), "registry": (8e3, 16e6)}
-FALLBACK = (8e3, 16e6)  # a kind without a row above: the tightest
+FALLBACK = (8e3, 16e6)  # a row of no registered kind: the tightest
 CLEAR_FRACTION = 0.5
 
 
@@ -52,7 +52,7 @@ class NewSurfaceRule(Rule):
         on = np.array([c is None or c.enabled for c in configured], dtype=bool)
         self.enabled = rows.derived & on
         self.enabled[rows.members :] = False
-        pairs = [DEFAULTS.get(k, FALLBACK) for k in rows.kinds]
+        pairs = [KINDS[k].newsurface if k in KINDS else FALLBACK for k in rows.kinds]
         self.allowance = np.array(
             [
                 k
