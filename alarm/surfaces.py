@@ -175,9 +175,19 @@ def contributor_table(subjects: Subjects) -> ContributorTable | None:
     return table if table.count else None
 
 
+class BoundedReceipt(dict[str, Any]):
+    """A receipt ``bounded_receipt`` made: what it returns as it is.  A source that asks
+    for a contributor's receipt again and again (FlowOwners: once per tick and surface the
+    contributor wrote in) bounds it once."""
+
+    __slots__ = ()
+
+
 def bounded_receipt(evidence: dict[str, Any]) -> dict[str, Any]:
     """A receipt as kept and shown: a few fields, plain values, sanitised text."""
-    out: dict[str, Any] = {}
+    if type(evidence) is BoundedReceipt:
+        return evidence
+    out = BoundedReceipt()
     for key, value in list(evidence.items())[:MAX_RECEIPT_FIELDS]:
         if not isinstance(value, bool | int | float) and value is not None:
             value = sanitize(str(value), MAX_RECEIPT_CHARS)

@@ -59,6 +59,29 @@ def test_flow_contributors_name_and_find_as_contributor_does() -> None:
     assert table.find(["10.9.9.9:443/TCP", "10.0.0.5:444/TCP", "nonsense", ""]).tolist() == [-1] * 4
 
 
+def test_flow_contributors_find_what_they_named_as_a_fresh_table_reads_it() -> None:
+    """Names are kept once made and read back (a batch spans many ticks, each asking for
+    its flows again); a name two flows share still reads back as the port-less flow, in
+    whichever order the flows were named, as a table that named nothing reads it."""
+    rows = [
+        row(1.0, "2001:db8::5", "TCP", 1),
+        row(1.0, "2001:db8::5:1", "TCP", None),  # the same name, "2001:db8::5:1/TCP"
+        row(1.0, "10.0.0.5", "TCP", 443),
+    ]
+    fresh = FlowSubjects(scan_of(rows)).contributor_table()
+    assert fresh is not None
+    asked = ["2001:db8::5:1/TCP", "10.0.0.5:443/TCP", "10.0.0.5:444/TCP"]
+    expected = fresh.find(asked).tolist()
+    assert expected[1] >= 0 and expected[2] == -1
+    for order in (range(3), reversed(range(3))):
+        table = FlowSubjects(scan_of(rows)).contributor_table()
+        assert table is not None
+        for i in order:  # one index a call, as the ticks of a batch ask
+            table.names([i])
+        assert table.find(asked).tolist() == expected
+        assert table.find(asked).tolist() == expected  # read back from what is kept
+
+
 def test_named_contributors_from_keyed_subjects() -> None:
     long = "p/" + "x" * 300
     subjects = KeyedSubjects(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,6 +39,7 @@ from alarm.collectors.kernel.netfilter import MAX_LINE, FenceParseError, parse_f
 from alarm.collectors.kernel.records import KernelRecord
 from alarm.events import WriteEvents
 from alarm.sanitize import shown
+from alarm.surfaces import bounded_receipt
 
 if TYPE_CHECKING:
     from alarm.collectors.kernel.canary import CanaryClaims
@@ -106,7 +108,16 @@ class FlowContributors:
     summed under that name where they meet in one heavy-hitter summary, as before, except that
     ``find`` reads the name back as the port-less flow."""
 
-    __slots__ = ("_index", "_keys", "count", "evidence", "of_subject", "scan")
+    __slots__ = (
+        "_index",
+        "_keys",
+        "_named",
+        "_read",
+        "count",
+        "evidence",
+        "of_subject",
+        "scan",
+    )
 
     def __init__(self, scan: FlowScan):
         self.scan = scan
@@ -118,19 +129,43 @@ class FlowContributors:
         self.evidence: FlowOwners | None = owners(scan, self.of_subject)
         # (destination -> its index, protocol part "/TCP" -> its index), for ``find``.
         self._index: tuple[dict[str, int], dict[str, int]] | None = None
+        # Names made so far, by index, and names read back (``_find``), by name: a batch
+        # spans many ticks, and each (tick, surface) asks again for the flows it holds.
+        self._named: dict[int, str] = {}
+        self._read: dict[str, int] = {}
 
     def names(self, ids: Sequence[int]) -> list[str]:
         s = self.scan
+        named = self._named
+        width = max(len(s.protos), 1)
         out = []
-        for key in self._keys[np.asarray(ids, dtype=np.int64)].tolist():
-            rest, proto = divmod(key, max(len(s.protos), 1))
-            dst, port = divmod(rest, _PORTS)
-            out.append(
-                contributor_name(s.dsts[dst], None if port == 0 else port - 1, s.protos[proto])
-            )
+        fresh = []
+        for i in np.asarray(ids, dtype=np.int64).tolist():
+            name = named.get(i)
+            if name is None:
+                rest, proto = divmod(int(self._keys[i]), width)
+                dst, port = divmod(rest, _PORTS)
+                name = named[i] = contributor_name(
+                    s.dsts[dst], None if port == 0 else port - 1, s.protos[proto]
+                )
+                fresh.append(name)
+            out.append(name)
+        if fresh:  # read back once now: what is named is what is looked for next
+            self._read.update(zip(fresh, self._find(fresh).tolist(), strict=True))
         return out
 
     def find(self, names: Sequence[str]) -> np.ndarray:
+        read = self._read
+        at = np.fromiter(map(read.get, names, repeat(-2)), dtype=np.int64, count=len(names))
+        rest = np.flatnonzero(at == -2)
+        if len(rest):
+            missed = [names[i] for i in rest.tolist()]
+            found = self._find(missed)
+            read.update(zip(missed, found.tolist(), strict=True))
+            at[rest] = found
+        return at
+
+    def _find(self, names: Sequence[str]) -> np.ndarray:
         s = self.scan
         if self._index is None:  # made on the first call: a batch may need none
             self._index = (
@@ -217,7 +252,7 @@ class FlowOwners:
         named = sorted({self._prefixes[p] for p in set(prefix) - {-1}})
         if named:
             out["prefix"] = _listed(named)
-        return out
+        return bounded_receipt(out)  # as the surfaces keep it, made once a batch
 
 
 def _listed(values: list[str]) -> str:
