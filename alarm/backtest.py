@@ -104,7 +104,8 @@ def scan_kernel_range(
     path: str, start: int, end: int, fmt: str, prefixes: tuple[str, ...], tick: float, year: int
 ) -> Chunk:
     """Worker: the fence records of one byte range of a kernel log, summed per flow and tick."""
-    scan = scan_flows(read_range(path, start, end), fmt, prefixes, tick, year)
+    data = read_range(path, start, end)
+    scan = scan_flows(data, fmt, prefixes, tick, year, locate_errors=PARSE_ERRORS_SHOWN)
     return Chunk(
         lines=scan.lines,
         parse_errors=scan.parse_errors,
@@ -536,11 +537,16 @@ def run_backtest(
             errors_of = _errors_counter(replay.fmt, prefixes, tick, year)
             for start, end, chunk in replay.chunks(config, prefixes, year):
                 if chunk.parse_errors and len(summary.parse_error_lines) < PARSE_ERRORS_SHOWN:
-                    data = read_range(replay.path, start, end)
-                    lines = _lines(data)
                     want = PARSE_ERRORS_SHOWN - len(summary.parse_error_lines)
-                    for i in locate_parse_errors(data, errors_of, want):
-                        text = lines[i].rstrip(b"\r\n").decode("utf-8", "replace")
+                    located = chunk.scan.error_lines if chunk.scan is not None else None
+                    if located is None:  # the worker could not say where: read it again
+                        data = read_range(replay.path, start, end)
+                        lines = _lines(data)
+                        located = [
+                            (i, lines[i]) for i in locate_parse_errors(data, errors_of, want)
+                        ]
+                    for i, line in located[:want]:
+                        text = line.rstrip(b"\r\n").decode("utf-8", "replace")
                         summary.parse_error_lines.append(
                             {
                                 "file": replay.path,

@@ -91,6 +91,63 @@ def test_kernel_parse_errors_are_located_on_either_path(native: bool) -> None:
     assert locate_parse_errors(data, errors_of, 1) == [10]
 
 
+SYSLOG = (
+    "Nov 30 19:07:{s:02d} node-7 kernel: [  456.013731] EGRESS_FENCE IN= OUT=eth0 "
+    "SRC=10.0.0.2 DST=10.20.0.{d} LEN={n} TTL=64 ID=1 DF PROTO=TCP SPT=40000 DPT=443\n"
+)
+SYSLOG_BAD = "Nov 30 19:07:30 node-7 kernel: EGRESS_FENCE IN= OUT=eth0 SRC=nonsense LEN=x\n"
+
+
+def syslog_lines(n: int) -> list[str]:
+    lines = [SYSLOG.format(s=i % 60, d=i % 7, n=60 + i % 900) for i in range(n)]
+    for i in (3, 4, 90, 91, 400, 401, 402, 777):
+        lines[i] = SYSLOG_BAD  # the same bad line again and again, and in a row
+    lines[500] = "x" + SYSLOG_BAD  # another bad line that ends as they do
+    lines[501] = SYSLOG_BAD.rstrip("\n")[:-1] + "y\n"
+    return lines
+
+
+def test_the_kernel_scanner_locates_its_syslog_errors_as_bisection_does() -> None:
+    """A worker says where a chunk's parse errors are (among the few lines the native
+    scanner handed back), so the backtest does not read and scan the chunk again; the
+    lines are those reading the chunk again in halves finds."""
+    data = "".join(syslog_lines(1000)).encode()
+
+    def errors_of(chunk: bytes) -> int:
+        return fastscan.scan_flows(chunk, "syslog", ("EGRESS_FENCE",), 10.0).parse_errors
+
+    for want in (1, 3, 5, 20):
+        scan = fastscan.scan_flows(data, "syslog", ("EGRESS_FENCE",), 10.0, locate_errors=want)
+        expected = locate_parse_errors(data, errors_of, want)
+        assert len(expected) == min(want, scan.parse_errors)
+        lines = data.splitlines(keepends=True)
+        if fastscan.native_available():
+            assert scan.error_lines == [(i, lines[i]) for i in expected]
+        else:  # the regex read every line: nothing was handed back to look among
+            assert scan.error_lines is None
+
+
+def test_kernel_log_errors_are_named_by_line_across_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(backtest, "MIN_SPLIT", 8192)
+    monkeypatch.setattr(backtest, "SPLIT_BYTES", 8192)
+    lines = syslog_lines(1000)
+    path = tmp_path / "kern.log"
+    path.write_text("".join(lines))
+    summary = run_backtest(config(), [str(path)], io.StringIO(), workers=2, year=2026)
+    data = path.read_bytes()
+
+    def errors_of(chunk: bytes) -> int:
+        return fastscan.scan_flows(chunk, "syslog", ("EGRESS_FENCE",), 10.0, 2026).parse_errors
+
+    assert summary.parse_errors == errors_of(data) == 9  # "xNov 30 ..." is no kernel line
+    bad = locate_parse_errors(data, errors_of, backtest.PARSE_ERRORS_SHOWN)
+    assert [(e["line"], e["text"]) for e in summary.parse_error_lines] == [
+        (i + 1, lines[i].rstrip("\n")) for i in bad
+    ]
+
+
 def test_the_event_reader_locates_its_own_errors() -> None:
     data = (event(1.0) + "x\n" + event(2.0)).encode()
     assert locate_parse_errors(data, lambda d: parse_events(d).parse_errors, 5) == [1]

@@ -273,6 +273,9 @@ class FlowScan:
     max_ts: float = 0.0
     # The message of the first forged record, sanitised and bounded (None: none forged).
     forged_sample: str | None = None
+    # (index from 0, text) of the first parse errors, where ``scan_flows`` was asked to
+    # locate them and could cheaply (None: not located).
+    error_lines: list[tuple[int, bytes]] | None = None
 
     def identities(self) -> list[Identity]:
         return [
@@ -454,13 +457,18 @@ def scan_flows(
     *,
     boot_wall: float = 0.0,
     native: bool = True,
+    locate_errors: int = 0,
 ) -> FlowScan:
     """``scan_text`` of a chunk of complete lines (bytes), summed per flow and tick.
 
     With the native scanner, lines in the layout the kernel, syslog daemons and journalctl
     write are read and summed in C; every other line holding a prefix (every journal line
     that is not a plain entry) comes back and goes through ``scan_text``, so the result is
-    the regex's, line for line (the tests check it)."""
+    the regex's, line for line (the tests check it).
+
+    ``locate_errors``: find up to that many parse errors' lines (``error_lines``) where the
+    native scanner handed back few lines (the errors are among them), so that nothing has
+    to read the chunk again to say where they are."""
     year = year or time.gmtime().tm_year
     if not (native and _native is not None and fmt in _NATIVE_FORMATS and _ascii(prefixes)):
         text = data.decode("utf-8", "replace")
@@ -482,9 +490,46 @@ def scan_flows(
             scan.forged += rest.forged
             scan.max_ts = max(scan.max_ts, rest.max_ts)
             scan.add_rows(rest.rows, tick)
+            if locate_errors and rest.parse_errors and fmt == "syslog":
+                scan.error_lines = _error_lines(data, fallback, prefixes, year, locate_errors)
     if scan.forged:
         scan.forged_sample = find_forged(data, fmt, prefixes)
     return scan
+
+
+# Handed-back lines read again one by one to find the parse errors among them; past this
+# many, the caller locates them (backtest.locate_parse_errors).
+LOCATE_LINES = 1000
+
+
+def _error_lines(
+    data: bytes, fallback: bytes, prefixes: tuple[str, ...], year: int, want: int
+) -> list[tuple[int, bytes]] | None:
+    """(index in ``data``, text) of the first ``want`` parse errors of a syslog chunk, read
+    among the lines the native scanner handed back (``fallback``, in the order of ``data``);
+    None where there are too many to read one by one.  A syslog line reads alike wherever
+    it is, so each is found in ``data`` after the one before."""
+    parts = fallback.split(b"\n")
+    lines = [part + b"\n" for part in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    if len(lines) > LOCATE_LINES:
+        return None
+    found: list[tuple[int, bytes]] = []
+    pos = index = 0  # pos: the start of line ``index`` of data
+    for line in lines:
+        where = data.find(line, pos)
+        while where > 0 and data[where - 1] != 0x0A:  # a whole line, not another's end
+            where = data.find(line, where + 1)
+        if where < 0:
+            return None
+        index += data.count(b"\n", pos, where)
+        if scan_text(line.decode("utf-8", "replace"), "syslog", prefixes, year).parse_errors:
+            found.append((index, line))
+            if len(found) == want:
+                break
+        pos, index = where + len(line), index + 1
+    return found
 
 
 def forged_sample_text(message: str) -> str:
