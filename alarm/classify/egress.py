@@ -1,16 +1,24 @@
 """Egress: map a fence flow to exactly one declared surface; what matches nothing is
 `unclassified`.
 
-Rules are tried in config order and the first match wins.  A batch's flows are classified at
-once, in columns: each rule is evaluated on the distinct values of each field (destinations,
-protocols, interfaces, prefixes), then combined over the flow identities with numpy, so a
-workload spraying millions of destinations costs vector passes, not a Python call per flow.
-``classify_key`` is the same rule for one flow, the reference the tests hold the columns to.
+Rules are tried in config order and the first match wins.  ``classify_key`` is that rule for
+one flow, the reference the tests hold the two batch paths to:
+
+- up to ``COLUMN_RULES`` rules, a batch's flows are classified at once, in columns: each rule
+  is evaluated on the distinct values of each field (destinations, protocols, interfaces,
+  prefixes), then combined over the flow identities with numpy, so a workload spraying
+  millions of destinations costs vector passes, not a Python call per flow;
+- above it (thousands of surfaces), a pass per rule would make every batch cost the rule count
+  (issue 28): each distinct flow is looked up in an index of the rules by field
+  (``RuleIndex``: prefix tables of destination networks and port blocks, dicts of the rest)
+  and remembered in a bounded memo, so a batch costs its distinct flows.
 """
 
 from __future__ import annotations
 
+import heapq
 import ipaddress
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -25,6 +33,13 @@ FenceKey = tuple[str, str, int | None, str, int | None, str]  # dst, proto, dpt,
 
 
 _LOW64 = (1 << 64) - 1
+# Flow keys whose surface a classifier remembers: about 350 B each with the destination text
+# (measured under a spray of IPv6 destinations), some 23 MB when full.
+MEMO_LIMIT = 1 << 16
+# Up to this many rules, a batch is classified rule by rule in numpy columns
+# (``classify_columns``): a few ns per rule and flow, less than a memo look-up in Python, and
+# no Python per flow under a spray of destinations.  Above it, through the index and memo.
+COLUMN_RULES = 64
 
 # What the kernel's LOG target prints after PROTO= (net/netfilter/nf_log_syslog.c): these
 # names, and any other IP protocol as its number.  A ``match.proto`` item must be one of them,
@@ -180,14 +195,246 @@ def _iface_matches(pattern: str, name: str) -> bool:
     return name == pattern
 
 
+class _Exact:
+    """Rules by the exact value they require of one field."""
+
+    __slots__ = ("table",)
+
+    def __init__(self) -> None:
+        self.table: dict[Any, list[int]] = {}
+
+    def add(self, value: Any, rule: int) -> None:
+        _append(self.table.setdefault(value, []), rule)
+
+    def find(self, value: Any) -> list[list[int]]:
+        found = self.table.get(value)
+        return [found] if found else []
+
+
+class _Interfaces:
+    """Rules by output interface: exact names, and ``name+`` patterns by their prefix (one
+    dict look-up per distinct pattern length)."""
+
+    __slots__ = ("exact", "lengths", "prefixed")
+
+    def __init__(self) -> None:
+        self.exact = _Exact()
+        self.prefixed: dict[str, list[int]] = {}
+        self.lengths: tuple[int, ...] = ()
+
+    def add(self, pattern: str, rule: int) -> None:
+        if pattern.endswith("+"):
+            _append(self.prefixed.setdefault(pattern[:-1], []), rule)
+            self.lengths = tuple(sorted({*self.lengths, len(pattern) - 1}))
+        else:
+            self.exact.add(pattern, rule)
+
+    def find(self, name: str) -> list[list[int]]:
+        found = self.exact.find(name)
+        for n in self.lengths:
+            if n > len(name):
+                break
+            hit = self.prefixed.get(name[:n])
+            if hit:
+                found.append(hit)
+        return found
+
+
+class _Blocks:
+    """Rules by aligned power-of-two blocks of integers (a prefix table): a CIDR is one block,
+    a port range at most 32; a value finds its blocks with one dict look-up per block size
+    present."""
+
+    __slots__ = ("levels", "tables")
+
+    def __init__(self) -> None:
+        self.tables: dict[int, dict[int, list[int]]] = {}  # host bits -> block start -> rules
+        self.levels: tuple[tuple[int, dict[int, list[int]]], ...] = ()
+
+    def add(self, first: int, last: int, rule: int) -> None:
+        while first <= last:
+            bits = 0
+            while first & ((2 << bits) - 1) == 0 and first + (2 << bits) - 1 <= last:
+                bits += 1
+            _append(self.tables.setdefault(bits, {}).setdefault(first, []), rule)
+            first += 1 << bits
+        self.levels = tuple(sorted(self.tables.items()))
+
+    def find(self, value: int) -> list[list[int]]:
+        found = []
+        for bits, table in self.levels:
+            hit = table.get(value >> bits << bits)
+            if hit:
+                found.append(hit)
+        return found
+
+
+class _Networks:
+    """Rules by destination network, a prefix table per IP version."""
+
+    __slots__ = ("versions",)
+
+    def __init__(self) -> None:
+        self.versions = {4: _Blocks(), 6: _Blocks()}
+
+    def add(self, network: tuple[int, int, int], rule: int) -> None:
+        version, first, last = network
+        self.versions[version].add(first, last, rule)
+
+    def find(self, address: Address) -> list[list[int]]:
+        if address is None:
+            return []
+        return self.versions[address[0]].find(address[1])
+
+
+class _Ports:
+    __slots__ = ("blocks",)
+
+    def __init__(self) -> None:
+        self.blocks = _Blocks()
+
+    def add(self, ports: tuple[int, int], rule: int) -> None:
+        self.blocks.add(ports[0], ports[1], rule)
+
+    def find(self, port: int | None) -> list[list[int]]:
+        if port is None or not 0 <= port <= 65535:
+            return []
+        return self.blocks.find(port)
+
+
+def _append(rules: list[int], rule: int) -> None:
+    # Rules are indexed in order, so a rule listing a value twice is a repeat of the last.
+    if not rules or rules[-1] != rule:
+        rules.append(rule)
+
+
+_FieldIndex = _Exact | _Interfaces | _Networks | _Ports
+# The fields a rule may constrain, in the order of ``_Group.fields`` positions: each rule's
+# constrained fields are its group's; the values a flow key gives them (``_key_values``).
+_FIELDS = ("dst", "dport", "proto", "out", "uid", "prefix", "source")
+
+
+@dataclass(slots=True)
+class _Group:
+    """Rules constraining the same fields, indexed by each of them."""
+
+    first: int  # the group's lowest rule
+    fields: tuple[int, ...]  # positions in _FIELDS
+    indexes: tuple[_FieldIndex, ...]
+
+
+class RuleIndex:
+    """The rules indexed by field, for ``first_match``: a rule is a candidate for a flow key
+    only if its entry in each field it constrains holds the key's value; the candidates of its
+    group's most selective field are checked in rule order with ``_Rule.matches``, so the first
+    match is the first match of the rule list (``EgressClassifier.classify_key``)."""
+
+    def __init__(self, rules: Sequence[_Rule]) -> None:
+        self.rules = list(rules)
+        groups: dict[tuple[int, ...], _Group] = {}
+        for i, rule in enumerate(self.rules):
+            given = (
+                rule.networks,
+                rule.ports,
+                rule.protos,
+                rule.outs,
+                rule.uids,
+                rule.prefixes,
+                rule.sources,
+            )
+            fields = tuple(f for f, values in enumerate(given) if values)
+            group = groups.get(fields)
+            if group is None:
+                group = groups[fields] = _Group(i, fields, tuple(_new_index(f) for f in fields))
+            for f, index in zip(fields, group.indexes, strict=True):
+                for value in given[f]:
+                    index.add(value, i)  # type: ignore[arg-type]
+        self.groups = sorted(groups.values(), key=lambda g: g.first)
+        self.needs_address = any(0 in g.fields for g in self.groups)
+
+    def first_match(self, key: FenceKey, source: str) -> int:
+        """The lowest rule that matches ``key`` from ``source`` (-1: none)."""
+        dst, proto, dpt, out, uid, prefix = key
+        parsed: list[Address] = []
+
+        def address() -> Address:
+            if not parsed:
+                parsed.append(parse_address(dst))
+            return parsed[0]
+
+        values = (
+            address() if self.needs_address else None,
+            dpt,
+            proto.lower(),
+            out,
+            uid,
+            prefix,
+            source,
+        )
+        rules = self.rules
+        best = len(rules)
+        for group in self.groups:
+            if group.first >= best:
+                break  # sorted by first rule: no later group can do better
+            if not group.fields:
+                best = group.first  # constrains nothing: its first rule matches everything
+                continue
+            chosen: list[list[int]] | None = None
+            size = 0
+            for f, index in zip(group.fields, group.indexes, strict=True):
+                found = index.find(values[f])  # type: ignore[arg-type]
+                n = sum(len(rs) for rs in found)
+                if chosen is None or n < size:
+                    chosen, size = found, n
+                if not n:
+                    break
+            if not size or chosen is None:
+                continue
+            candidates = chosen[0] if len(chosen) == 1 else heapq.merge(*chosen)
+            for r in candidates:
+                if r >= best:
+                    break
+                rule = rules[r]
+                if (not rule.sources or source in rule.sources) and rule.matches(key, address):
+                    best = r
+                    break
+        return -1 if best == len(rules) else rules[best].surface
+
+
+def _new_index(field: int) -> _FieldIndex:
+    name = _FIELDS[field]
+    if name == "dst":
+        return _Networks()
+    if name == "dport":
+        return _Ports()
+    if name == "out":
+        return _Interfaces()
+    return _Exact()
+
+
 class EgressClassifier:
     """``classify(subjects, source)``: for each flow of a batch, the index of its surface in
-    ``surfaces`` (-1: unclassified)."""
+    ``surfaces`` (-1: unclassified).
+
+    A flow key is looked up in the rule index (``RuleIndex``) once and remembered in a memo
+    of at most ``memo_limit`` keys (the oldest goes first: ``memo_evictions`` counts them),
+    so a batch costs a dict look-up per distinct flow, and a new flow an index look-up whose
+    cost follows the rules that could match it, not the number of rules."""
 
     kind = "egress"
 
-    def __init__(self, names: Sequence[str], matches: Sequence[EgressMatch]):
+    def __init__(
+        self,
+        names: Sequence[str],
+        matches: Sequence[EgressMatch],
+        memo_limit: int = MEMO_LIMIT,
+        column_rules: int = COLUMN_RULES,
+    ):
         self.surfaces = list(names)
+        self.memo_limit = memo_limit
+        self.column_rules = column_rules
+        self.memo_evictions = 0  # flow keys dropped from the memo (looked up again if seen)
+        self._memo: dict[tuple[FenceKey, str], int] = {}
         self._rules = [
             _Rule(
                 surface=i,
@@ -201,8 +448,42 @@ class EgressClassifier:
             )
             for i, m in enumerate(matches)
         ]
+        self._index = RuleIndex(self._rules)
 
     def classify(self, subjects: FlowSubjects, source: str) -> np.ndarray:
+        """The first rule that matches each flow, as in ``classify_key``."""
+        if len(self._rules) <= self.column_rules:
+            return self.classify_columns(subjects, source)
+        memo = self._memo
+        first_match = self._index.first_match
+        out = []
+        for key in subjects.scan.identities():
+            k = (key, source)
+            surface = memo.get(k)
+            if surface is None:
+                surface = first_match(key, source)
+                if len(memo) >= self.memo_limit:
+                    memo = self._forget_older_half()
+                if self.memo_limit:
+                    memo[k] = surface
+            out.append(surface)
+        return np.array(out, dtype=np.int64)
+
+    @property
+    def memo_size(self) -> int:
+        """Flow keys remembered (at most ``memo_limit``)."""
+        return len(self._memo)
+
+    def _forget_older_half(self) -> dict[tuple[FenceKey, str], int]:
+        # In one step: deleting the oldest key one at a time makes finding the next oldest
+        # (the first live entry of the dict) slower with each deletion.
+        keep = self.memo_limit // 2
+        dropped = len(self._memo) - keep
+        self._memo = dict(itertools.islice(self._memo.items(), dropped, None))
+        self.memo_evictions += dropped
+        return self._memo
+
+    def classify_columns(self, subjects: FlowSubjects, source: str) -> np.ndarray:
         """Each rule is evaluated on the distinct values of each field, then combined over
         the identity columns; the first rule that matches wins, as in ``classify_key``."""
         scan = subjects.scan
