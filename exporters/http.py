@@ -32,9 +32,9 @@ from typing import Any
 
 from aiohttp import web
 
-from alarm.history import HistoryRequest, attention_order
+from alarm.history import HistoryRequest
 from alarm.sanitize import sanitize
-from alarm.snapshot import CanaryView, HistoryWindow, Snapshot
+from alarm.snapshot import CanaryView, HistoryWindow, Snapshot, SnapshotRequest
 from exporters.listener import Listener
 from exporters.prometheus import METRICS_MODES, NotifierView, accepts_gzip, render
 from exporters.statuspage import PAGE_MAX, PAGE_SURFACES, STATE_NAMES, render_page
@@ -121,26 +121,22 @@ def page_rows(snap: Snapshot, limit: int, after: str | None, order: str) -> tupl
     """The rows of ``snap.surfaces`` on one page of /api/v1/surfaces, and whether more follow.
     ``order`` "config": the declared order, resumed after the surface ``after`` names;
     "attention": what needs a look first (firing, pending, nearest to a threshold), from the
-    top (it changes every tick, so it has no ``after``)."""
-    n = len(snap.surfaces)
-    if order == "attention":
-        if after is not None:
-            raise BadQuery("after: not with order=attention (the order changes every tick)")
-        ranked = attention_order(snap.surfaces)
-        return ranked[:limit], limit < n
-    start = 0
-    if after is not None:
-        kind, sep, name = after.partition("/")
-        found = next(
-            (i for i, s in enumerate(snap.surfaces) if s.name == name and s.kind == kind), None
+    top (it changes every tick, so it has no ``after``).  The page the snapshot was asked for
+    (``SnapshotRequest``) where it has one, else worked out on its columns."""
+    if order == "attention" and after is not None:
+        raise BadQuery("after: not with order=attention (the order changes every tick)")
+    if snap.page_error or (snap.page is None and after is not None and not _known(snap, after)):
+        raise BadQuery(
+            f"after: no surface {sanitize(after or '')[:80]!r} (removed by a reload? start again)"
         )
-        if not sep or found is None:
-            raise BadQuery(
-                f"after: no surface {sanitize(after)[:80]!r} (removed by a reload? start again)"
-            )
-        start = found + 1
-    rows = list(range(start, min(start + limit, n)))
-    return rows, start + limit < n
+    if snap.page is not None:
+        return snap.page, snap.more
+    return snap.columns.page(limit, after, order)
+
+
+def _known(snap: Snapshot, after: str) -> bool:
+    kind, sep, name = after.partition("/")
+    return bool(sep) and snap.columns.layout.row_of(kind, name) is not None
 
 
 def surfaces_json(
@@ -233,7 +229,7 @@ def surfaces_json(
     return out
 
 
-SnapshotFn = Callable[[HistoryRequest | None], Awaitable[Snapshot]]
+SnapshotFn = Callable[[SnapshotRequest | HistoryRequest | None], Awaitable[Snapshot]]
 
 
 def _basic_credentials(header: str | None) -> tuple[str, str] | None:
@@ -395,7 +391,7 @@ class HttpServer:
     # -- endpoints -------------------------------------------------------------------
     async def metrics(self, request: web.Request) -> web.Response:
         """Gzip-compressed when the scraper takes it (Prometheus always asks)."""
-        snap = await self._snapshot(None)
+        snap = await self._snapshot(SnapshotRequest())  # columns only: no view, no history
         gz = accepts_gzip(request.headers.get("Accept-Encoding"))
         body, ctype = await self._off_loop(
             functools.partial(
@@ -438,9 +434,17 @@ class HttpServer:
         except BadQuery as exc:
             return web.Response(status=400, text=f"{exc}\n")
         after = q.get("after")
+        if order == "attention" and after is not None:
+            return web.Response(
+                status=400, text="after: not with order=attention (the order changes every tick)\n"
+            )
         want = q.get("history", "") not in ("", "0", "false")
         names = frozenset(q.getall("surface", [])) or None
-        snap = await self._snapshot(HistoryRequest(API_HISTORY_LIMIT, names) if want else None)
+        # The page is found on the pipeline thread, and only its surfaces' views are made.
+        request = SnapshotRequest(
+            limit, order, after, API_HISTORY_LIMIT if want else 0, names if want else None
+        )
+        snap = await self._snapshot(request)
 
         def page() -> dict[str, Any]:
             rows, more = page_rows(snap, limit, after, order)

@@ -26,6 +26,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import numpy as np
 from prometheus_client import CollectorRegistry, exposition, openmetrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
@@ -66,10 +67,7 @@ class NotifierView:
     unpersisted: int  # held in memory because the outbox could not be written
 
 
-def _surface_family(
-    snap: Snapshot, typ: str, name: str, doc: str, value: Callable[[SurfaceView], float]
-) -> Columns:
-    values = [value(s) for s in snap.surfaces]
+def _surface_family(snap: Snapshot, typ: str, name: str, doc: str, values: np.ndarray) -> Columns:
     return Columns(
         f"capalarm_surface_{name}", doc, typ, SURFACE_LABELS, snap.surface_labels, values
     )
@@ -79,18 +77,23 @@ def surface_families(snap: Snapshot, full: bool = True) -> Iterable[Columns]:
     """Volume and rate per surface: what was written, and how fast over the last tick (the
     event rate only in full: it is the rate of write_events_total)."""
     c, g = "counter", "gauge"
+    cols = snap.columns
     yield _surface_family(
-        snap, c, "written_bytes", "Bytes written through the surface.", lambda s: s.bytes_total
+        snap,
+        c,
+        "written_bytes",
+        "Bytes written through the surface.",
+        cols.bytes_total.astype(np.float64),
     )
     yield _surface_family(
         snap,
         c,
         "write_events",
         "Write events (packets, file writes, uploads) on the surface.",
-        lambda s: s.events_total,
+        cols.events_total.astype(np.float64),
     )
     yield _surface_family(
-        snap, g, "write_rate_bytes_per_second", "Byte rate over the last tick.", lambda s: s.rate
+        snap, g, "write_rate_bytes_per_second", "Byte rate over the last tick.", cols.rate
     )
     if full:
         yield _surface_family(
@@ -98,7 +101,7 @@ def surface_families(snap: Snapshot, full: bool = True) -> Iterable[Columns]:
             g,
             "write_events_per_second",
             "Event rate over the last tick.",
-            lambda s: s.events_rate,
+            cols.events_rate,
         )
     yield _surface_family(
         snap,
@@ -106,7 +109,7 @@ def surface_families(snap: Snapshot, full: bool = True) -> Iterable[Columns]:
         "capacity_bytes_per_second",
         "Lampson upper bound of the information carried over the last tick (payload + metadata "
         "per event), in bytes/s (x8 for bit/s).",
-        lambda s: s.capacity_bps * BITS,
+        cols.capacity_bps * BITS,
     )
 
 
@@ -114,19 +117,20 @@ def spike_families(snap: Snapshot, full: bool = True) -> Iterable[Columns]:
     """The spike rule: baseline and threshold (whether it judges: capalarm_surface_info, and
     in full its own gauges)."""
     g = "gauge"
+    cols = snap.columns
     yield _surface_family(
         snap,
         g,
         "baseline_bytes_per_second",
         "Robust seasonal baseline of the byte rate.",
-        lambda s: s.baseline,
+        cols.baseline,
     )
     yield _surface_family(
         snap,
         g,
         "threshold_bytes_per_second",
         "Spike threshold for the byte rate (0 while the surface is not judged).",
-        lambda s: s.threshold,
+        cols.threshold,
     )
     if not full:
         return
@@ -135,7 +139,7 @@ def spike_families(snap: Snapshot, full: bool = True) -> Iterable[Columns]:
         g,
         "baseline_ready",
         "1 when every statistic of the spike rule judges (its tail is known).",
-        lambda s: float(s.baseline_ready),
+        cols.baseline_ready.astype(np.float64),
     )
     yield _surface_family(
         snap,
@@ -143,30 +147,32 @@ def spike_families(snap: Snapshot, full: bool = True) -> Iterable[Columns]:
         "learning",
         "1 while the spike rule does not judge the surface yet (no statistic's tail is known); "
         "its budgets and the beacon rule protect it meanwhile.",
-        lambda s: float(s.learning),
+        cols.learning.astype(np.float64),
     )
 
 
 def members_families(snap: Snapshot) -> Iterable[Metric]:
     """The aggregates' members statistic (alarm/detector/swarm.py), on aggregate rows only."""
-    rows = [s for s in snap.surfaces if s.members_shift is not None]
-    for name, doc, value in (
+    cols = snap.columns
+    rows = np.flatnonzero(~np.isnan(cols.members_shift)).tolist()
+    kinds = cols.layout.kinds
+    for name, doc, values in (
         (
             "members_shift",
             "An aggregate's members statistic: how far its members write above their own "
             "normal size per write, combined over members and the last minutes (about N(0,1) "
             "on ordinary traffic).",
-            lambda s: s.members_shift,
+            cols.members_shift,
         ),
         (
             "members_shift_threshold",
             "The members statistic's calibrated threshold (0 while it does not judge).",
-            lambda s: s.members_shift_threshold,
+            cols.members_shift_threshold,
         ),
     ):
         fam = GaugeMetricFamily(f"capalarm_aggregate_{name}", doc, labels=["kind"])
-        for s in rows:
-            fam.add_metric([s.kind], value(s))
+        for row in rows:
+            fam.add_metric([kinds[row]], float(values[row]))
         yield fam
 
 
@@ -175,7 +181,8 @@ def budget_figures(s: SurfaceView) -> tuple[float, float]:
     over its tolerance of every horizon and of the seasonal budget (the budget rule fires
     above 1).  Hour allowance: the most the budgets let through over one hour without firing
     -- each horizon is a token bucket that passes k * 3600 s + h in an hour and the surface
-    fires on whichever is first, so the least of k + h / 3600 s over its horizons."""
+    fires on whichever is first, so the least of k + h / 3600 s over its horizons.  (A scrape
+    computes them for every surface at once: SurfaceColumns.budget_figures.)"""
     ratio = s.seasonal_ratio if s.seasonal_judged else 0.0
     hour = math.inf
     for _, allowance, tolerance, excess in s.budget_horizons:
@@ -189,7 +196,8 @@ def budget_families(snap: Snapshot, full: bool = True) -> Iterable[Columns]:
     """The capacity budgets: the one nearest to firing and the hour's allowance; in full the
     first horizon's figures, every horizon, the seasonal one."""
     g = "gauge"
-    figures = [budget_figures(s) for s in snap.surfaces]
+    cols = snap.columns
+    ratio, hour = cols.budget_figures()
     yield Columns(
         "capalarm_surface_budget_ratio",
         "The capacity budget nearest to firing: the largest CUSUM over tolerance of every "
@@ -197,7 +205,7 @@ def budget_families(snap: Snapshot, full: bool = True) -> Iterable[Columns]:
         g,
         SURFACE_LABELS,
         snap.surface_labels,
-        [f[0] for f in figures],
+        ratio,
     )
     yield Columns(
         "capalarm_surface_budget_hour_allowance_bytes_per_second",
@@ -206,7 +214,7 @@ def budget_families(snap: Snapshot, full: bool = True) -> Iterable[Columns]:
         g,
         SURFACE_LABELS,
         snap.surface_labels,
-        [f[1] for f in figures],
+        hour * BITS,
     )
     if not full:
         return
@@ -215,43 +223,48 @@ def budget_families(snap: Snapshot, full: bool = True) -> Iterable[Columns]:
         g,
         "budget_allowance_bytes_per_second",
         "Capacity budget allowance k (x8 for bit/s).",
-        lambda s: s.budget_allowance * BITS,
+        cols.allowance[0] * BITS,
     )
     yield _surface_family(
         snap,
         g,
         "budget_tolerance_bytes",
         "Capacity budget tolerance h, the largest leak tolerated (x8 for bits).",
-        lambda s: s.budget_tolerance * BITS,
+        cols.tolerance[0] * BITS,
     )
     yield _surface_family(
         snap,
         g,
         "budget_excess_bytes",
         "Information carried above the allowance, accumulated (CUSUM; x8 for bits).",
-        lambda s: s.budget_excess * BITS,
+        cols.excess[0] * BITS,
     )
     labels = [*SURFACE_LABELS, "horizon"]
     # One rows list for the three families: its label texts are then written once.
-    rows = [(s.name, s.kind, h[0]) for s in snap.surfaces for h in s.budget_horizons]
-    for name, doc, index in (
+    rows, index = cols.layout.horizon_pairs()
+    label_rows = cols.layout.horizon_labels()  # one list while the surfaces stay
+    for name, doc, figure in (
         (
             "allowance_bytes_per_second",
             "Capacity budget allowance k per horizon (x8 for bit/s).",
-            1,
+            cols.allowance,
         ),
-        ("tolerance_bytes", "Capacity budget tolerance h per horizon (x8 for bits).", 2),
-        ("excess_bytes", "CUSUM above the allowance per horizon (x8 for bits).", 3),
+        (
+            "tolerance_bytes",
+            "Capacity budget tolerance h per horizon (x8 for bits).",
+            cols.tolerance,
+        ),
+        ("excess_bytes", "CUSUM above the allowance per horizon (x8 for bits).", cols.excess),
     ):
-        values = [float(h[index]) * BITS for s in snap.surfaces for h in s.budget_horizons]
-        yield Columns(f"capalarm_surface_budget_horizon_{name}", doc, g, labels, rows, values)
+        values = figure[index, rows] * BITS
+        yield Columns(f"capalarm_surface_budget_horizon_{name}", doc, g, labels, label_rows, values)
     yield _surface_family(
         snap,
         g,
         "budget_misconfigured",
         "1 when the surface's declared budget fired on its ordinary traffic for more than a day: "
         "it now judges what comes on top of that traffic.",
-        lambda s: float(s.budget_misconfigured),
+        cols.budget_misconfigured.astype(np.float64),
     )
     yield _surface_family(
         snap,
@@ -259,52 +272,46 @@ def budget_families(snap: Snapshot, full: bool = True) -> Iterable[Columns]:
         "seasonal_budget_ratio",
         "Seasonal budget: its CUSUM over its tolerance (the budget alert fires above 1; 0 while "
         "it does not judge).",
-        lambda s: s.seasonal_ratio,
+        cols.seasonal_ratio,
     )
     yield _surface_family(
         snap,
         g,
         "seasonal_budget_judged",
         "1 when the seasonal budget judges the surface (a day of history, a ready hour).",
-        lambda s: float(s.seasonal_judged),
+        cols.seasonal_judged.astype(np.float64),
     )
 
 
 def kind_budget_families(snap: Snapshot) -> Iterable[Metric]:
     """Every surface's allowance per horizon, summed per kind (the aggregate left out: it
     repeats its members): what a dashboard sums over nodes, a few series per kind."""
-    sums: dict[tuple[str, str], float] = {}
-    for s in snap.surfaces:
-        if s.name == AGGREGATE:
-            continue
-        for horizon, allowance, _, _ in s.budget_horizons:
-            key = (s.kind, horizon)
-            sums[key] = sums.get(key, 0.0) + allowance * BITS
+    cols = snap.columns
+    rows, index = cols.layout.horizon_pairs()
+    groups = cols.layout.kind_horizon_groups(AGGREGATE)
+    allowance = cols.allowance[index, rows] * BITS
     fam = GaugeMetricFamily(
         "capalarm_kind_budget_horizon_allowance_bytes_per_second",
         "Capacity budget allowance k per horizon, summed over the kind's surfaces (x8 for bit/s).",
         labels=["kind", "horizon"],
     )
-    for (kind, horizon), total in sums.items():
-        fam.add_metric([kind, horizon], total)
+    for (kind, horizon), pairs in groups.items():
+        # Added one by one in row order (cumsum is sequential), as a Python sum would.
+        fam.add_metric([kind, horizon], float(np.cumsum(allowance[pairs])[-1]))
     yield fam
 
 
 def state_families(snap: Snapshot) -> Iterable[Columns]:
     """capalarm_surface_info: the states a surface takes once or twice in its life, as labels
     ("1"/"0"), so that they cost one series a surface, not one each."""
-    one, zero = "1", "0"
-    rows = [
-        (
-            s.name,
-            s.kind,
-            one if s.baseline_ready else zero,
-            one if s.learning else zero,
-            one if s.budget_misconfigured else zero,
-            one if s.seasonal_judged else zero,
-        )
-        for s in snap.surfaces
-    ]
+    cols = snap.columns
+    codes = (
+        cols.baseline_ready.astype(np.int64)
+        | cols.learning.astype(np.int64) << 1
+        | cols.budget_misconfigured.astype(np.int64) << 2
+        | cols.seasonal_judged.astype(np.int64) << 3
+    )
+    rows = cols.layout.info_rows(codes)
     yield Columns(
         "capalarm_surface",
         "Per surface: whether every statistic of the spike rule judges (baseline_ready), none "
@@ -313,20 +320,30 @@ def state_families(snap: Snapshot) -> Iterable[Columns]:
         "info",
         SURFACE_INFO_LABELS,
         rows,
-        [1.0] * len(rows),
+        np.ones(len(rows)),
     )
 
 
 def alert_families(snap: Snapshot, full: bool = True) -> Iterable[Metric | Columns]:
     """Alert state per surface and rule (lean: only those away from rest, 0; a series that
     is absent is inactive) and per source and rule (every one: there are few)."""
-    rows: list[tuple[str, ...]] = []
-    values: list[float] = []
-    for s in snap.surfaces:
-        for rule, state in s.rule_states().items():
-            if state or full:
-                rows.append(("surface", s.name, s.kind, rule))
-                values.append(state)
+    cols = snap.columns
+    layout = cols.layout
+    rules = list(cols.rules)
+    n = len(cols)
+    shown = np.zeros((n, len(rules)), dtype=bool)
+    states = np.zeros((n, len(rules)), dtype=np.int64)
+    for j, (st, on) in enumerate(cols.rules.values()):
+        states[:, j] = st
+        shown[:, j] = True if on is None else on
+        if not full:
+            shown[:, j] &= st != 0
+    at, which = np.nonzero(shown)  # row by row, each row's rules in rule_states order
+    rows: list[tuple[str, ...]] = [
+        ("surface", layout.names[r], layout.kinds[r], rules[j])
+        for r, j in zip(at.tolist(), which.tolist(), strict=True)
+    ]
+    values: list[float] = states[at, which].astype(np.float64).tolist()
     for source, rule, st in snap.source_alerts:
         rows.append(("source", source, "source", rule))
         values.append(st)

@@ -530,8 +530,7 @@ def render_page(
     else:
         order = list(range(min(PAGE_SURFACES * page, total_surfaces)))
     shown = list(enumerate(order))[first : first + PAGE_SURFACES]
-    states = [surface_state(s) for s in snap.surfaces]
-    counts = {k: states.count(k) for k in ("firing", "pending", "judged", "learning")}
+    counts = snap.columns.states()  # every surface's, on the columns: no view each
     fired = fired_horizons(recent)
     cards = "".join(
         surface_card(snap.surfaces[i], window, j if window is not None else None, now, fired)

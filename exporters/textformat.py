@@ -97,7 +97,8 @@ def code_path() -> str:
 
 
 class Columns:
-    """A metric family as columns: one label tuple and one value per series."""
+    """A metric family as columns: one label tuple and one value per series (the values a
+    list or a float64 array: the snapshot's columns are passed as they are)."""
 
     __slots__ = ("documentation", "label_names", "name", "rows", "type", "values")
 
@@ -108,7 +109,7 @@ class Columns:
         typ: str,
         label_names: Sequence[str],
         rows: list[tuple[str, ...]],
-        values: list[float],
+        values: list[float] | np.ndarray,
     ):
         if len(rows) != len(values):
             raise ValueError(f"{name}: {len(rows)} label sets for {len(values)} values")
@@ -205,7 +206,7 @@ class _Writer:
         self.header(name, fam.documentation, _TYPES[fam.type])
         names, value = fam.label_names, self.value
         texts = self._row_texts(names, fam.rows) if names else None
-        values = fam.values if isinstance(fam.values, list) else list(fam.values)
+        values = fam.values.tolist() if isinstance(fam.values, np.ndarray) else list(fam.values)
         if self._native is not None:
             self.out.append(self._native.series(name.encode(), texts, values))
         elif texts is not None:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
+
+import numpy as np
 
 from alarm.detector.alerts import AlertBank, AlertState
 from alarm.surfaces import SurfaceKey
@@ -48,6 +50,59 @@ class SurfaceFigures:
     # The seasonal budget: its CUSUM over its tolerance (fires above 1; 0 when not judging).
     seasonal_ratio: float = 0.0
     seasonal_judged: bool = False
+
+
+class FigureRows(Protocol):
+    """What ``figure_columns`` reads of the detector (engine.Detector): the last tick's
+    arrays that ``figures_of`` reads one row of."""
+
+    _rate: np.ndarray
+    _events_rate: np.ndarray
+    _capacity: np.ndarray
+    _base: np.ndarray
+    _drop: np.ndarray
+    rules: Mapping[str, Any]
+    duty: Any
+
+    def _spike_figures(self) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+@dataclass(slots=True)
+class FigureColumns:
+    """``SurfaceFigures``' last-tick figures of every row at once, as copies (the snapshot's
+    columns: the whole tick fills its buffers in place)."""
+
+    rate: np.ndarray  # bytes/s over the last tick
+    events_rate: np.ndarray
+    baseline: np.ndarray
+    threshold: np.ndarray  # 0 where the spike rule does not judge
+    baseline_ready: np.ndarray  # bool
+    capacity_bps: np.ndarray  # Lampson bound, bits/s
+    drop_on: np.ndarray  # bool: the drop rule is on for the row
+    beacon_on: np.ndarray
+    duty_on: np.ndarray
+
+
+def figure_columns(det: FigureRows) -> FigureColumns:
+    """Every row's ``figures_of(row)`` rate, baseline, threshold and capacity, and
+    ``drop_on(row)``, ``beacon_on(row)``, ``duty_on(row)``, as arrays: a pure reader, the
+    same values (tests/test_snapshot.py)."""
+    spike_threshold, spike_ready = det._spike_figures()
+    judged = spike_ready & np.isfinite(spike_threshold)
+    # The beacon rule is a registered rule (rules/beacon.py) or, before it was, its own bank
+    # (not .get(): ``det.beacon`` is not there once it is a rule).
+    beacon = det.rules["beacon"] if "beacon" in det.rules else det.beacon  # noqa: SIM401
+    return FigureColumns(
+        rate=np.array(det._rate, dtype=np.float64),
+        events_rate=np.array(det._events_rate, dtype=np.float64),
+        baseline=np.array(det._base, dtype=np.float64),
+        threshold=np.where(judged, spike_threshold, 0.0).astype(np.float64),
+        baseline_ready=np.array(spike_ready, dtype=bool),
+        capacity_bps=np.array(det._capacity, dtype=np.float64),
+        drop_on=np.asarray(det._drop) > 0,
+        beacon_on=np.array(beacon.enabled, dtype=bool),
+        duty_on=np.array(det.duty.enabled, dtype=bool),
+    )
 
 
 class AlertView:
