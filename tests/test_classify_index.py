@@ -198,3 +198,27 @@ def test_networks_of_both_versions_never_match_the_other_version():
     ]
     assert c.classify(subjects(keys), "a").tolist() == [1, 0, 0, -1]
     assert ipaddress.ip_address("::ffff:1.2.3.4").version == 6  # as the kernel prints it
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    network=st.one_of(
+        networks(),
+        st.tuples(st.ip_addresses(v=4), st.ip_addresses(v=4)).map(lambda p: f"{p[0]}/{p[1]}"),
+    ),
+    address=addresses(),
+)
+def test_a_destination_network_holds_what_ipaddress_says_it_holds(network, address):
+    # Netmask and hostmask forms ("10.0.0.0/255.0.0.0") included, when ipaddress takes them.
+    try:
+        net = ipaddress.ip_network(network, strict=False)
+    except ValueError:
+        return
+    try:
+        inside = ipaddress.ip_address(address) in net
+    except ValueError:
+        inside = False
+    c = indexed([EgressMatch(dst=[network])])
+    key: Key = (address, "TCP", 443, "eth0", None, "EGRESS_FENCE")
+    assert c.classify_key(key) == (0 if inside else -1)
+    assert c.classify(subjects([key]), "a").tolist() == [0 if inside else -1]
