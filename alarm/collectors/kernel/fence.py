@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
@@ -231,7 +232,13 @@ class FlowOwners:
             made = self._made[index] = self._make(index)
         return default if made is None else made
 
-    def _make(self, index: int) -> dict[str, Any] | None:
+    def later(self, index: int) -> Callable[[], dict[str, Any] | None] | None:
+        """``get(index)`` to be called when the receipt is shown (None: there is none).
+        Most contributors staged for a tick are pruned before it is evaluated: their
+        receipts are never made."""
+        return partial(self.get, index) if index in self._spans_by_contributor() else None
+
+    def _spans_by_contributor(self) -> dict[int, tuple[int, int]]:
         if self._spans is None:
             order = np.argsort(self._contributor, kind="stable")
             keys, starts = np.unique(self._contributor[order], return_index=True)
@@ -241,7 +248,10 @@ class FlowOwners:
             )
             uid, prefix = self._columns
             self._columns = (uid[order].tolist(), prefix[order].tolist())
-        span = self._spans.get(index)
+        return self._spans
+
+    def _make(self, index: int) -> dict[str, Any] | None:
+        span = self._spans_by_contributor().get(index)
         if span is None:
             return None
         uid, prefix = (column[span[0] : span[1]] for column in self._columns)
