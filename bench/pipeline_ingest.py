@@ -17,7 +17,7 @@ import statistics
 import sys
 import time
 
-from kernel_log_throughput import corpus
+from kernel_ingest import corpus
 
 import alarm
 from alarm.collectors.kernel import fence as fence_module
@@ -42,7 +42,7 @@ def main() -> int:
             file=sys.stderr,
         )
         return 1
-    path, _ = corpus(200_000, 1)
+    path, _ = corpus(200_000, "rfc3164", 0)  # the open mix of flows, seed 1
     records = []
     with open(path, encoding="utf-8") as fh:
         for line in fh:
