@@ -1,7 +1,8 @@
 """The optional native parts; everything else is in pyproject.toml.
 
-``optional=True``: where no C compiler is available the install still succeeds, and
-alarm.collectors.kernel.fastscan, alarm.detector.fused, the backtest's reader of write
+``optional=True``, but for the detector's (below): where no C compiler is available the
+install still succeeds, and alarm.collectors.kernel.fastscan, the detector's fused passes
+(their numpy twins), the backtest's reader of write
 events (alarm/backtest.py) and the /metrics writer (exporters/textformat.py) use their
 pure-Python paths (same results, slower).
 
@@ -91,7 +92,8 @@ setup(
             depends=["alarm/detector/_fused.h"],
             # No fused multiply-adds: the passes must round where numpy rounds.
             extra_compile_args=["-O3", "-fno-fast-math", "-ffp-contract=off", "-fno-trapping-math"],
-            optional=True,
+            # Required: the beacon rule's one definition is native (rules/beacon.py).
+            optional=False,
         ),
     ],
 )

@@ -13,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from alarm import logs
+from alarm.detector.fused import NativeMissing
 
 if TYPE_CHECKING:
     from alarm.config import Config
@@ -358,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except KeyboardInterrupt:
         return 130
+    except NativeMissing as exc:  # a broken install: one line, not a traceback
+        print(f"capalarm: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from alarm.config import BeaconRule, ConfigError, config_from_dict
-from alarm.detector.beacon import BeaconBank
 from alarm.detector.engine import Detector
+from alarm.detector.rules.beacon import BeaconBank
 
 
 def never(_row):
@@ -204,3 +204,34 @@ def test_a_constant_rate_stream_whose_tick_sums_alias_is_not_a_beacon():
     a = 600.0 * (np.floor((t + 1) * 1.5) - np.floor(t * 1.5))
     b = 600.0 * (np.floor((t + 1) * 2.5) - np.floor(t * 2.5))
     assert not any(bank.update(i, np.array([a[i], b[i]])).any() for i in range(ticks))
+
+
+def test_an_install_without_the_detector_extension_says_so_in_one_line(tmp_path):
+    """The beacon rule's one definition is native (alarm/detector/_fused.c), and setup.py
+    requires the extension; an install that lacks it anyway (a checkout never built) stops
+    at start with one line naming what to do, not a traceback at the first tick."""
+    import subprocess
+    import sys
+
+    config = tmp_path / "capalarm.yaml"
+    config.write_text(
+        f"state_dir: {tmp_path / 'state'}\nsources: []\n"
+        "surfaces: [{name: a, kind: fs}]\nhttp: {listen: '127.0.0.1:0'}\n"
+    )
+    script = (
+        "import sys\n"
+        "from alarm.detector import fused\n"
+        "fused.built = None\n"
+        "from alarm import cli\n"
+        "sys.exit(cli.main(['run', '--config', sys.argv[1]]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(config)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 1, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("capalarm:")]
+    assert lines == [
+        "capalarm: alarm.detector._fused is not built: reinstall capalarm where a C compiler "
+        "is (pip install needs gcc and the Python headers)"
+    ], proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -10,6 +10,9 @@
  */
 #include "_fused.h"
 
+/* The longest beacon ring a row may have (rules/beacon.py's RING is 32). */
+#define BEACON_RING_MAX 256
+
 typedef struct {
     const char *name;
     Py_buffer *view;
@@ -505,51 +508,127 @@ static PyObject *seasonal_predict(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* BeaconBank.update's first look: which active rows wrote a size their ring already holds
- * (exactly, or within ``tolerance`` x size), without the (RING, n) comparison matrix. */
-SIMD_CLONES
-static void beacon_loop(Py_ssize_t n, Py_ssize_t ring, const float *restrict ring_bytes,
-                        const float *restrict size, const uint8_t *restrict active,
-                        const float *restrict tolerance, int exact, uint8_t *restrict out) {
-    for (Py_ssize_t i = 0; i < n; i++) out[i] = 0;
-    for (Py_ssize_t k = 0; k < ring; k++) {
-        const float *restrict entry = ring_bytes + k * n;
-        if (exact) {
-            for (Py_ssize_t i = 0; i < n; i++) out[i] |= entry[i] == size[i];
-        } else {
-            for (Py_ssize_t i = 0; i < n; i++)
-                out[i] |= __builtin_fabsf(entry[i] - size[i]) <= tolerance[i] * size[i];
+/* The beacon rule, its one definition (alarm/detector/rules/beacon.py holds its state and
+ * settings and says what it means).  Per row that wrote at least min_bytes: the ring entries of
+ * the same size (exactly, or within tolerance x size), the period as the gap to the latest
+ * of them, and evidence when the ring holds the earlier beats at 2..repeats-1 periods back,
+ * each within its jitter (never half a period), and the row did not write in most of the
+ * ticks the beacon spans (a stream); then the tick joins the row's ring. */
+static Py_ssize_t beacon_loop(Py_ssize_t n, Py_ssize_t ring, int64_t tick_index,
+                              const double *restrict b, const uint8_t *restrict enabled,
+                              const int64_t *restrict repeats, const double *restrict min_bytes,
+                              const float *restrict tol, int exact, const double *restrict jitter,
+                              const int64_t *restrict max_period, int64_t *restrict ring_tick,
+                              float *restrict ring_bytes, uint16_t *restrict pos,
+                              int64_t *restrict period_out, double *restrict size_out,
+                              uint8_t *restrict breach) {
+    Py_ssize_t hits = 0;
+    uint8_t same[BEACON_RING_MAX];
+    int64_t age[BEACON_RING_MAX], gap[BEACON_RING_MAX];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        period_out[i] = 0;
+        breach[i] = 0;
+        if (!((enabled[i] & 1) && b[i] >= min_bytes[i])) continue;
+        /* float32: byte counts are exact up to 16 MiB a tick; above that, sizes closer than
+         * 1e-7 of each other match, which changes nothing. */
+        const float size = (float)b[i];
+        int any = 0;
+        for (Py_ssize_t k = 0; k < ring; k++) {
+            const float r = ring_bytes[k * n + i];
+            same[k] = exact ? r == size : __builtin_fabsf(r - size) <= tol[i] * size;
+            any |= same[k];
         }
+        if (any) {
+            const Py_ssize_t last = (pos[i] + ring - 1) % ring;
+            /* The same bytes in the tick before: a steady writer (period 1), not judged. */
+            const uint8_t steady = same[last] && tick_index - ring_tick[last * n + i] < 2;
+            if (!steady) {
+                int64_t period = INT64_MAX;
+                for (Py_ssize_t k = 0; k < ring; k++) {
+                    age[k] = tick_index - ring_tick[k * n + i];
+                    gap[k] = same[k] ? age[k] : INT64_MAX;
+                    period = gap[k] < period ? gap[k] : period;
+                }
+                uint8_t ok = period >= 2 && period <= max_period[i];
+                period = ok ? period : 0;
+                const double jr = rint(jitter[i] * (double)period);
+                const int64_t jit = (int64_t)(jr >= 1.0 ? jr : 1.0);
+                const int64_t need = repeats[i];
+                /* A row that wrote in most of the ticks the beacon would span (as far as the
+                 * ring sees) is a stream: a constant-rate stream's tick sums alias into a few
+                 * sizes that recur at short, regular gaps. */
+                int64_t window = (need - 1) * period;
+                window = window < ring ? window : ring;
+                int64_t within = 0;
+                for (Py_ssize_t k = 0; k < ring; k++) within += age[k] <= window;
+                ok &= within <= window / 2; /* window >= 0: C's division is Python's here */
+                /* Each earlier beat has its own window, never reaching half a period: one
+                 * write may not stand for two beats. */
+                const int64_t half = period >= 1 ? (period - 1) / 2 : -1;
+                for (int64_t beat = 2; beat < need && ok; beat++) {
+                    const int64_t reach = beat * jit < half ? beat * jit : half;
+                    int found = 0;
+                    for (Py_ssize_t k = 0; k < ring; k++) {
+                        int64_t d = gap[k] - beat * period;
+                        d = d < 0 ? -d : d;
+                        found |= d <= reach;
+                    }
+                    ok &= found;
+                }
+                if (ok) {
+                    breach[i] = 1;
+                    period_out[i] = period;
+                    size_out[i] = (double)size;
+                    hits++;
+                }
+            }
+        }
+        const Py_ssize_t p = pos[i];
+        ring_tick[p * n + i] = tick_index;
+        ring_bytes[p * n + i] = size;
+        pos[i] = (uint16_t)((p + 1) % ring);
     }
-    for (Py_ssize_t i = 0; i < n; i++) out[i] &= active[i] & 1;
+    return hits;
 }
 
-/* beacon_match(ring_bytes f32[RING,n], size f32, active b, tolerance f32, exact, out b) */
-static PyObject *beacon_match(PyObject *self, PyObject *args) {
-    enum { N = 5 };
+/* beacon_step(tick_index, nbytes f64, enabled b, repeats i64, min_bytes f64, tolerance f32,
+ *             exact, jitter f64, max_period i64, ring_tick i64[RING,n], ring_bytes f32[RING,n],
+ *             ring_pos u16, period i64, size f64, breach b) -> rows that breach */
+static PyObject *beacon_step(PyObject *self, PyObject *args) {
+    enum { N = 13 };
     Py_buffer v[N];
     memset(v, 0, sizeof v);
+    long long tick_index;
     int exact;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*pw*", &v[0], &v[1], &v[2], &v[3], &exact, &v[4]))
+    if (!PyArg_ParseTuple(args, "Ly*y*y*y*y*py*y*w*w*w*w*w*w*", &tick_index, &v[0], &v[1],
+                          &v[2], &v[3], &v[4], &exact, &v[5], &v[6], &v[7], &v[8], &v[9], &v[10],
+                          &v[11], &v[12]))
         return NULL;
-    Arg rows[] = {{"size", &v[1], 4}, {"active", &v[2], 1}, {"tolerance", &v[3], 4},
-                  {"out", &v[4], 1}};
-    Arg cells[] = {{"ring_bytes", &v[0], 4}};
+    Arg rows[] = {{"nbytes", &v[0], 8},     {"enabled", &v[1], 1},   {"repeats", &v[2], 8},
+                  {"min_bytes", &v[3], 8},  {"tolerance", &v[4], 4}, {"jitter", &v[5], 8},
+                  {"max_period", &v[6], 8}, {"ring_pos", &v[9], 2},  {"period", &v[10], 8},
+                  {"size", &v[11], 8},      {"breach", &v[12], 1}};
+    Arg cells[] = {{"ring_tick", &v[7], 8}, {"ring_bytes", &v[8], 4}};
     Py_ssize_t n, count;
-    if (check(rows, 4, &n) < 0 || check(cells, 1, &count) < 0) {
+    if (check(rows, 11, &n) < 0 || check(cells, 2, &count) < 0) {
         release(v, N);
         return NULL;
     }
-    if (n && count % n) {
-        PyErr_SetString(PyExc_ValueError, "ring_bytes is not whole entries of the rows");
+    const Py_ssize_t ring = n ? count / n : 0;
+    if (n && (count % n || ring < 1 || ring > BEACON_RING_MAX)) {
+        PyErr_SetString(PyExc_ValueError, "the beacon rings are not whole entries of the rows");
         release(v, N);
         return NULL;
     }
+    Py_ssize_t hits = 0;
     Py_BEGIN_ALLOW_THREADS
-    if (n) beacon_loop(n, count / n, v[0].buf, v[1].buf, v[2].buf, v[3].buf, exact, v[4].buf);
+    if (n)
+        hits = beacon_loop(n, ring, (int64_t)tick_index, v[0].buf, v[1].buf, v[2].buf, v[3].buf,
+                           v[4].buf, exact, v[5].buf, v[6].buf, v[7].buf, v[8].buf, v[9].buf,
+                           v[10].buf, v[11].buf, v[12].buf);
     Py_END_ALLOW_THREADS
     release(v, N);
-    Py_RETURN_NONE;
+    return PyLong_FromSsize_t(hits);
 }
 
 /* numpy's pairwise summation (loops_utils.h.src), so that sums agree bit for bit. */
@@ -763,11 +842,11 @@ done:
 }
 
 static PyMethodDef methods[] = {
+    {"beacon_step", beacon_step, METH_VARARGS, "The beacon rule's tick (rules/beacon.py)."},
     {"tail_step", tail_step, METH_VARARGS, "TailBank.update's per-row pass; returns rows ended."},
     {"size_learn", size_learn, METH_VARARGS, "SizeLevel.learn's per-row pass for one hour."},
     {"budget_step", budget_step, METH_VARARGS, "BudgetBank's per-cell pass of a tick."},
     {"seasonal_predict", seasonal_predict, METH_VARARGS, "SeasonalBaseline.predict's level."},
-    {"beacon_match", beacon_match, METH_VARARGS, "Rows whose size their beacon ring holds."},
     {"seasonal_learn", seasonal_learn, METH_VARARGS, "SeasonalBaseline.learn's per-row pass."},
     {"tail_keep", tail_keep, METH_VARARGS, "TailBank.end_incidents: keep the ended peaks."},
     {"tail_refit", tail_refit, METH_VARARGS, "TailBank.refit for a batch of rows."},

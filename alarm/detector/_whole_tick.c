@@ -12,7 +12,7 @@
  *   begin   columns, aggregates' sums, the averaged rates, the seasonal level; the inputs of
  *           numpy's exp (levels) and log (bytes, averaged rates)
  *   rules   the spike judgement, the budgets, the aggregates' suppression and members
- *           statistic, the beacon and duty rules, and every alert bank's step: the changes
+ *           statistic, the duty rule, and every alert bank's step: the changes
  *   learn   the tails' incidents, the size level, the input of numpy's log (what the
  *           seasonal level learns)
  *   learn_end  the seasonal level
@@ -22,7 +22,7 @@
  * --------------------------------------------------------------------------------------- */
 
 enum { LEN_N, LEN_M, LEN_A, LEN_2N, LEN_3N, LEN_HN, LEN_2HN, LEN_24N, LEN_96N, LEN_168N,
-       LEN_RN, LEN_G, LEN_A1, LEN_KEPT3N, LEN_KEPTA };
+       LEN_G, LEN_A1, LEN_KEPT3N, LEN_KEPTA };
 
 /* Every array the tick reads or writes: its name in the dict the Python side passes, its item
  * size and its length. */
@@ -43,7 +43,7 @@ enum { LEN_N, LEN_M, LEN_A, LEN_2N, LEN_3N, LEN_HN, LEN_2HN, LEN_24N, LEN_96N, L
     X(RISE_FLOOR, "rise_floor", 8, LEN_HN) X(K_FLOOR, "k_floor", 8, LEN_HN)                   \
     X(A_FLOOR, "allowance_floor", 8, LEN_HN) X(T_FLOOR, "tolerance_floor", 8, LEN_HN)         \
     X(MARGIN_S, "margin_seconds", 8, LEN_HN) X(DECLARED, "declared", 1, LEN_HN)               \
-    X(FOLLOWING, "following", 1, LEN_HN) X(BC_BREACH, "beacon_breach", 1, LEN_N)             \
+    X(FOLLOWING, "following", 1, LEN_HN)                                                       \
     X(DUTY_BREACH, "duty_breach", 1, LEN_N) X(DUTY_CLEAR, "duty_clear", 1, LEN_N)             \
     X(DECAY, "duty_decay", 8, LEN_N) X(T_JUDGED, "tail_judged", 1, LEN_3N)                    \
     X(T_BREACH, "tail_breach", 1, LEN_3N) X(T_ENDED, "tail_ended", 1, LEN_3N)                 \
@@ -104,13 +104,6 @@ enum { LEN_N, LEN_M, LEN_A, LEN_2N, LEN_3N, LEN_HN, LEN_2HN, LEN_24N, LEN_96N, L
     X(B_ALLOW, "budget.allowance", 8, LEN_HN) X(B_TOL, "budget.tolerance", 8, LEN_HN)         \
     X(B_INVTOL, "budget.inv_tolerance", 8, LEN_HN) X(B_FITTED, "budget.fitted", 1, LEN_HN)    \
     X(B_HYST, "budget.hysteresis", 8, LEN_N)                                                  \
-    /* the beacon rule */                                                                      \
-    X(BC_ENABLED, "beacon.enabled", 1, LEN_N) X(BC_REPEATS, "beacon.repeats", 8, LEN_N)       \
-    X(BC_MIN, "beacon.min_bytes", 8, LEN_N) X(BC_TOL, "beacon.tolerance32", 4, LEN_N)         \
-    X(BC_JITTER, "beacon.jitter", 8, LEN_N) X(BC_MAXP, "beacon.max_period", 8, LEN_N)         \
-    X(BC_RTICK, "beacon.ring_tick", 8, LEN_RN) X(BC_RBYTES, "beacon.ring_bytes", 4, LEN_RN)   \
-    X(BC_POS, "beacon.ring_pos", 2, LEN_N) X(BC_PERIOD, "beacon.period", 8, LEN_N)            \
-    X(BC_SIZE, "beacon.size", 8, LEN_N)                                                       \
     /* the duty rule */                                                                        \
     X(D_ENABLED, "duty.enabled", 1, LEN_N) X(D_COUNT, "duty.count", 8, LEN_N)                 \
     X(D_TODAY, "duty.today", 8, LEN_N) X(D_THR, "duty.threshold", 8, LEN_N)                   \
@@ -128,15 +121,10 @@ enum { LEN_N, LEN_M, LEN_A, LEN_2N, LEN_3N, LEN_HN, LEN_2HN, LEN_24N, LEN_96N, L
     X(A1_PEND, "budget_alerts.pending_since", 8, LEN_N)                                       \
     X(A1_CLEAR, "budget_alerts.clear_since", 8, LEN_N)                                        \
     X(A1_HOLD, "budget_alerts.hold", 8, LEN_N) X(A1_RHOLD, "budget_alerts.resolve_hold", 8, LEN_N) \
-    X(A2_STATE, "beacon_alerts.state", 1, LEN_N)                                              \
-    X(A2_START, "beacon_alerts.started_at", 8, LEN_N)                                         \
-    X(A2_PEND, "beacon_alerts.pending_since", 8, LEN_N)                                       \
-    X(A2_CLEAR, "beacon_alerts.clear_since", 8, LEN_N)                                        \
-    X(A2_HOLD, "beacon_alerts.hold", 8, LEN_N) X(A2_RHOLD, "beacon_alerts.resolve_hold", 8, LEN_N) \
-    X(A3_STATE, "duty_alerts.state", 1, LEN_N) X(A3_START, "duty_alerts.started_at", 8, LEN_N) \
-    X(A3_PEND, "duty_alerts.pending_since", 8, LEN_N)                                         \
-    X(A3_CLEAR, "duty_alerts.clear_since", 8, LEN_N) X(A3_HOLD, "duty_alerts.hold", 8, LEN_N) \
-    X(A3_RHOLD, "duty_alerts.resolve_hold", 8, LEN_N)
+    X(A2_STATE, "duty_alerts.state", 1, LEN_N) X(A2_START, "duty_alerts.started_at", 8, LEN_N) \
+    X(A2_PEND, "duty_alerts.pending_since", 8, LEN_N)                                         \
+    X(A2_CLEAR, "duty_alerts.clear_since", 8, LEN_N) X(A2_HOLD, "duty_alerts.hold", 8, LEN_N) \
+    X(A2_RHOLD, "duty_alerts.resolve_hold", 8, LEN_N)
 
 #define FIELD_ENUM(id, name, size, len) F_##id,
 enum { TICK_FIELDS(FIELD_ENUM) F_COUNT };
@@ -153,14 +141,14 @@ static const struct {
     X(margin_windows) X(forget) X(rise) X(size_alpha_slot) X(slot_ticks_day)                   \
     X(slot_ticks_week) X(reach_max) X(slots_per_hour) X(mad_eps) X(spread_min) X(day_alpha)   \
     X(week_alpha) X(below) X(swarm_decay) X(swarm_huber) X(min_writes) X(clear_fraction)       \
-    X(gather) X(exact) X(alpha_5m) X(alpha_30m) X(tail_days) X(tail_per_day)
+    X(gather) X(alpha_5m) X(alpha_30m) X(tail_days) X(tail_per_day)
 
 #define CONST_MEMBER(name) double name;
 typedef struct {
     PyObject_HEAD
     Py_buffer views[F_COUNT];
     void *p[F_COUNT];
-    Py_ssize_t n, m, a, h, ring, g;
+    Py_ssize_t n, m, a, h, g;
     PyObject *numpy[4]; /* numpy's exp, log, log, log over exp_in, log_bytes, log_rates, learn_y */
     int day_slot, hour_first, week_slot, hour;
     double *gathered; /* scratch: one aggregate's members' values */
@@ -182,14 +170,13 @@ static void Tick_dealloc(TickObject *t) {
     Py_TYPE(t)->tp_free((PyObject *)t);
 }
 
-/* Tick(arrays: dict[str, ndarray], constants: dict[str, float], n, m, a, h, ring) */
 /* Tick(arrays: dict[str, ndarray], constants: dict[str, float], numpy: tuple of four
  *      callables (exp_in's exp, log_bytes', log_rates' and learn_y's logs, in place),
- *      n, m, a, h, ring) */
+ *      n, m, a, h) */
 static int Tick_init(TickObject *t, PyObject *args, PyObject *kwds) {
     PyObject *arrays, *constants, *calls;
-    if (!PyArg_ParseTuple(args, "O!O!O!nnnnn", &PyDict_Type, &arrays, &PyDict_Type, &constants,
-                          &PyTuple_Type, &calls, &t->n, &t->m, &t->a, &t->h, &t->ring))
+    if (!PyArg_ParseTuple(args, "O!O!O!nnnn", &PyDict_Type, &arrays, &PyDict_Type, &constants,
+                          &PyTuple_Type, &calls, &t->n, &t->m, &t->a, &t->h))
         return -1;
     if (PyTuple_GET_SIZE(calls) != 4) {
         PyErr_SetString(PyExc_ValueError, "Tick: four numpy calls");
@@ -226,17 +213,15 @@ static int Tick_init(TickObject *t, PyObject *args, PyObject *kwds) {
     }
     t->g = PyObject_Length(order);
     if (t->g < 0) return -1;
-    if (t->ring < 1 || t->ring > 512 || t->n < 0 || t->m < 0 || t->a < 0 || t->m + t->a != t->n ||
-        t->h < 1) {
-        PyErr_SetString(PyExc_ValueError, "Tick: rows, horizons or ring out of range");
+    if (t->n < 0 || t->m < 0 || t->a < 0 || t->m + t->a != t->n || t->h < 1) {
+        PyErr_SetString(PyExc_ValueError, "Tick: rows or horizons out of range");
         return -1;
     }
     const Py_ssize_t n = t->n;
     const Py_ssize_t kept_row = (Py_ssize_t)(t->c.tail_days * t->c.tail_per_day);
-    const Py_ssize_t lengths[] = {n,          t->m,         t->a,         2 * n,   3 * n,
-                                  t->h * n,   2 * t->h * n, 24 * n,       96 * n,  168 * n,
-                                  t->ring * n, t->g,        t->a + 1,     3 * n * kept_row,
-                                  t->a * kept_row};
+    const Py_ssize_t lengths[] = {n,        t->m,         t->a,   2 * n,     3 * n,
+                                  t->h * n, 2 * t->h * n, 24 * n, 96 * n,    168 * n,
+                                  t->g,     t->a + 1,     3 * n * kept_row, t->a * kept_row};
     for (int i = 0; i < F_COUNT; i++) {
         PyObject *obj = PyDict_GetItemString(arrays, field_spec[i].name);
         if (!obj) {
@@ -568,81 +553,9 @@ static void budgets(TickObject *t, double seconds) {
     }
 }
 
-/* The beacon rule (BeaconBank.update and _judge). */
-static void beacons(TickObject *t, int64_t tick_index) {
-    const Py_ssize_t n = t->n, ring = t->ring;
-    const double *b = D(COL);
-    const uint8_t *enabled = B(BC_ENABLED);
-    const double *min_bytes = D(BC_MIN), *jitter = D(BC_JITTER);
-    const int64_t *repeats = I64(BC_REPEATS), *max_period = I64(BC_MAXP);
-    const float *tol = F(BC_TOL);
-    int64_t *ring_tick = I64(BC_RTICK), *period_out = I64(BC_PERIOD);
-    float *ring_bytes = F(BC_RBYTES);
-    uint16_t *pos = (uint16_t *)t->p[F_BC_POS];
-    double *size_out = D(BC_SIZE);
-    uint8_t *breach = B(BC_BREACH);
-    const int exact = t->c.exact != 0.0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        period_out[i] = 0;
-        breach[i] = 0;
-        if (!((enabled[i] & 1) && b[i] >= min_bytes[i])) continue;
-        const float size = (float)b[i];
-        uint8_t same[512];
-        int any = 0;
-        for (Py_ssize_t k = 0; k < ring; k++) {
-            const float r = ring_bytes[k * n + i];
-            same[k] = exact ? r == size : __builtin_fabsf(r - size) <= tol[i] * size;
-            any |= same[k];
-        }
-        if (any) {
-            const Py_ssize_t last = (pos[i] + ring - 1) % ring;
-            const uint8_t steady = same[last] && tick_index - ring_tick[last * n + i] < 2;
-            if (!steady) {
-                int64_t age[512], gap[512], period = INT64_MAX;
-                for (Py_ssize_t k = 0; k < ring; k++) {
-                    age[k] = tick_index - ring_tick[k * n + i];
-                    gap[k] = same[k] ? age[k] : INT64_MAX;
-                    period = gap[k] < period ? gap[k] : period;
-                }
-                uint8_t ok = period >= 2 && period <= max_period[i];
-                period = ok ? period : 0;
-                const double jr = rint(jitter[i] * (double)period);
-                const int64_t jit = (int64_t)(jr >= 1.0 ? jr : 1.0);
-                const int64_t need = repeats[i];
-                int64_t window = (need - 1) * period;
-                window = window < ring ? window : ring;
-                int64_t within = 0;
-                for (Py_ssize_t k = 0; k < ring; k++) within += age[k] <= window;
-                /* Python's floor division: window >= 0; (period - 1) // 2 is -1 at 0. */
-                ok &= within <= window / 2;
-                const int64_t half = period >= 1 ? (period - 1) / 2 : -1;
-                for (int64_t kk = 2; kk < need && ok; kk++) {
-                    const int64_t reach = kk * jit < half ? kk * jit : half;
-                    int found = 0;
-                    for (Py_ssize_t k = 0; k < ring; k++) {
-                        int64_t d = gap[k] - kk * period;
-                        d = d < 0 ? -d : d;
-                        found |= d <= reach;
-                    }
-                    ok &= found;
-                }
-                if (ok) {
-                    breach[i] = 1;
-                    period_out[i] = period;
-                    size_out[i] = (double)size;
-                }
-            }
-        }
-        const Py_ssize_t p = pos[i];
-        ring_tick[p * n + i] = tick_index;
-        ring_bytes[p * n + i] = size;
-        pos[i] = (uint16_t)((p + 1) % ring);
-    }
-}
-
 /* rules(now, tick, tick_index, steady) -> [(bank, row, previous, new)]: the spike judgement,
- * the budgets, the aggregates, the beacon and duty rules and the four alert banks (0 spike,
- * 1 budget, 2 beacon, 3 duty).  The duty count decays by ``duty.decay`` on a steady tick
+ * the budgets, the aggregates, the duty rule and the three alert banks (0 spike, 1 budget,
+ * 2 duty; the beacon rule is a registered rule, alarm/detector/rules/beacon.py).  The duty count decays by ``duty.decay`` on a steady tick
  * (DutyBank.advance_steady; this records the tick in ``duty.last_tick``), else by
  * ``duty_decay`` (what DutyBank.advance returned). */
 static PyObject *do_rules(TickObject *t, double now, double tick, int64_t tick_index,
@@ -781,12 +694,6 @@ static PyObject *do_rules(TickObject *t, double now, double tick, int64_t tick_i
     if (alert_step(now, tick, n, bbreach, budget_clear, (int8_t *)t->p[F_A1_STATE], D(A1_START),
                    D(A1_PEND), D(A1_CLEAR), D(A1_HOLD), D(A1_RHOLD), 1, changes) < 0)
         goto fail;
-    beacons(t, (int64_t)tick_index);
-    uint8_t *bc_breach = B(BC_BREACH), *not_beacon = B(MASK);
-    for (Py_ssize_t i = 0; i < n; i++) not_beacon[i] = bc_breach[i] ^ 1;
-    if (alert_step(now, tick, n, bc_breach, not_beacon, (int8_t *)t->p[F_A2_STATE], D(A2_START),
-                   D(A2_PEND), D(A2_CLEAR), D(A2_HOLD), D(A2_RHOLD), 2, changes) < 0)
-        goto fail;
     /* The duty rule (DutyBank.update after DutyBank.advance). */
     {
         const uint8_t *d_enabled = B(D_ENABLED);
@@ -811,8 +718,8 @@ static PyObject *do_rules(TickObject *t, double now, double tick, int64_t tick_i
             db[i] = (d_enabled[i] & 1) & ((count[i] >= thr[i]) | (run[i] >= run_thr[i]));
             dc[i] = (count[i] < cf * thr[i]) & (run[i] < cf * run_thr[i]);
         }
-        if (alert_step(now, tick, n, db, dc, (int8_t *)t->p[F_A3_STATE], D(A3_START),
-                       D(A3_PEND), D(A3_CLEAR), D(A3_HOLD), D(A3_RHOLD), 3, changes) < 0)
+        if (alert_step(now, tick, n, db, dc, (int8_t *)t->p[F_A2_STATE], D(A2_START),
+                       D(A2_PEND), D(A2_CLEAR), D(A2_HOLD), D(A2_RHOLD), 2, changes) < 0)
             goto fail;
     }
     return changes;
@@ -1028,11 +935,10 @@ static PyObject *Tick_step(TickObject *t, PyObject *args) {
         py_floordiv(now, 86400.0) != (double)roll_day ||
         py_floordiv(start + tick, 86400.0) != (double)roll_day_spike)
         return PyLong_FromLong(0);
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 3; k++) {
         const int8_t *state = (const int8_t *)t->p[k == 0   ? F_A0_STATE
                                                  : k == 1 ? F_A1_STATE
-                                                 : k == 2 ? F_A2_STATE
-                                                          : F_A3_STATE];
+                                                          : F_A2_STATE];
         for (Py_ssize_t i = 0; i < n; i++)
             if (state[i]) return PyLong_FromLong(0);
     }

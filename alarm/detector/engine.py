@@ -18,10 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from alarm.config import BeaconRule, BudgetRule, Config, DutyRule
+from alarm.config import BudgetRule, Config, DutyRule
 from alarm.detector import fused, persist
 from alarm.detector.alerts import AlertBank, AlertChange, AlertMachine, AlertState, fingerprint
-from alarm.detector.beacon import BeaconBank
 from alarm.detector.budget import ENVELOPE_MARGIN, MISCONFIGURED_SECONDS, BudgetBank
 from alarm.detector.duty import DutyBank
 from alarm.detector.relative import RelativeBank
@@ -124,15 +123,13 @@ class Detector:
         )
         self._drop_threshold = np.zeros(n)
 
-        def at_once(rule: str, rules: Sequence[BudgetRule | BeaconRule | DutyRule]) -> AlertBank:
+        def at_once(rule: str, rules: Sequence[BudgetRule | DutyRule]) -> AlertBank:
             """The alert bank of a rule that fires on its first breached tick."""
             resolve = np.array([r.resolve_hold for r in rules])
             return AlertBank(self.targets, rule, np.zeros(n), resolve)
 
         self.budget_alerts = at_once("budget", plan.budget)
         self._budget_hyst = np.array([r.hysteresis for r in plan.budget])
-        self.beacon = BeaconBank(plan.beacon, config.tick)
-        self.beacon_alerts = at_once("beacon", plan.beacon)
         self.duty = DutyBank(plan.duty, config.tick)
         self.duty_alerts = at_once("duty", plan.duty)
         # Every surface rule's alert bank, by rule name.
@@ -140,7 +137,6 @@ class Detector:
             "spike": self.spike_alerts,
             "budget": self.budget_alerts,
             "drop": self.drop_alerts,
-            "beacon": self.beacon_alerts,
             "duty": self.duty_alerts,
         }
 
@@ -202,7 +198,6 @@ class Detector:
             "spike": self._describe_spike,
             "budget": self._describe_budget,
             "drop": self._describe_drop,
-            "beacon": self._describe_beacon,
             "duty": self._describe_duty,
         }
         # The registered rules (rules/), after the core ones, on the shared ledger of weeks.
@@ -216,13 +211,14 @@ class Detector:
             self.ledger,
             plan.aggregate_of,
             plan.settings,
+            plan.budget,
+            config.tick,
         )
         self.rules = {name: rule(rule_rows) for name, rule in RULES.items()}
         for name, rule in self.rules.items():
-            self.alert_banks[name] = AlertBank(
-                self.targets, name, np.zeros(n), np.full(n, rule.RESOLVE_HOLD)
-            )
+            self.alert_banks[name] = AlertBank(self.targets, name, np.zeros(n), rule.resolve_hold)
             self._describers[name] = self._rule_describer(name)
+        self.beacon_alerts = self.alert_banks["beacon"]
         self.precedent = Precedent(self.ledger, derived)
         # Per registered rule: whether any of its alerts may be away from rest (a rule with
         # nothing to judge this tick steps its bank only then).
@@ -250,8 +246,8 @@ class Detector:
             return None
         judgement = self.spike.new_judgement()
         arrays = self.spike.tick_arrays() | self.budget.tick_arrays()
-        arrays |= self.beacon.tick_arrays() | self.duty.tick_arrays() | self.swarm.tick_arrays()
-        for rule in ("spike", "budget", "beacon", "duty"):
+        arrays |= self.duty.tick_arrays() | self.swarm.tick_arrays()
+        for rule in ("spike", "budget", "duty"):
             arrays |= self.alert_banks[rule].tick_arrays()
         arrays |= {
             "meta_bits": self._meta,
@@ -274,7 +270,6 @@ class Detector:
         constants |= TailBank.tick_constants()
         constants |= {
             "gather": float(self._agg_gather is not None),
-            "exact": float(self.beacon.exact),
         }
         whole = WholeTick(
             native,
@@ -283,7 +278,6 @@ class Detector:
             self.members,
             aggregate_of,
             self.budget.excess.shape[0],
-            self.beacon.ring_tick.shape[0],
             len(self.keys),
         )
         judgement.log_bytes = whole.log_bytes
@@ -426,7 +420,7 @@ class Detector:
         contributors: Evidence,
         capacity: np.ndarray | None = None,
     ) -> list[AlertChange]:
-        """The core rules (spike, budget, drop, beacon, duty) on one tick."""
+        """The core rules (spike, budget, drop, duty) on one tick."""
         if self._whole is not None:
             return self._evaluate_whole(now, tick, nbytes, events, contributors, capacity)
         n = self.members
@@ -489,9 +483,6 @@ class Detector:
             changes.append(self._change(row, "budget", prev, new, now, contributors))
         self._misconfigured(now)
         tick_index = round(now / tick)
-        beacon = self.beacon.update(tick_index, b)
-        for row, prev, new in self.beacon_alerts.step(now, tick, beacon, ~beacon):
-            changes.append(self._change(row, "beacon", prev, new, now, contributors))
         duty, duty_clear = self.duty.update(now - tick, tick_index, b > 0)
         for row, prev, new in self.duty_alerts.step(now, tick, duty, duty_clear):
             changes.append(self._change(row, "duty", prev, new, now, contributors))
@@ -609,7 +600,7 @@ class Detector:
     ) -> list[AlertChange]:
         """The alert changes of the native tick's rules (bank, row, previous, new), built in
         the order evaluate_arrays builds them, with escalations and misconfigured budgets."""
-        by_bank: list[list[tuple[int, AlertState, AlertState]]] = [[], [], [], []]
+        by_bank: list[list[tuple[int, AlertState, AlertState]]] = [[], [], []]
         for bank, row, prev, new in raw:
             by_bank[bank].append((row, AlertState(prev), AlertState(new)))
         spike_changes = by_bank[0]
@@ -628,9 +619,8 @@ class Detector:
         for row, prev, new in by_bank[1]:
             changes.append(self._change(row, "budget", prev, new, now, contributors))
         self._misconfigured(now)
-        for rule, bank in (("beacon", 2), ("duty", 3)):
-            for row, prev, new in by_bank[bank]:
-                changes.append(self._change(row, rule, prev, new, now, contributors))
+        for row, prev, new in by_bank[2]:
+            changes.append(self._change(row, "duty", prev, new, now, contributors))
         return changes
 
     def _refit_tails(self, spike_rows: int, swarm_rows: int) -> None:
@@ -765,7 +755,7 @@ class Detector:
         return self._rate.copy(), threshold, ratio
 
     def beacon_on(self, row: int) -> bool:
-        return bool(self.beacon.enabled[row])
+        return bool(self.rules["beacon"].enabled[row])
 
     def duty_on(self, row: int) -> bool:
         return bool(self.duty.enabled[row])
@@ -845,19 +835,6 @@ class Detector:
         )
 
     # -- what each rule's alert says: (value, threshold, the summary's sentence) ----------
-    def _describe_beacon(
-        self, row: int, f: SurfaceFigures, figures: dict[str, Any], seasonal_binds: bool
-    ) -> tuple[float, float, str]:
-        period = float(self.beacon.period[row]) * self.tick
-        value = float(self.beacon.size[row])
-        figures["beacon_period_seconds"] = period
-        figures["beacon_bytes"] = value
-        what = (
-            f"wrote {value:,.0f} B every {period:,.0f} s, again and again: a beacon "
-            f"(same size, regular interval)"
-        )
-        return value, 0.0, what
-
     def _describe_duty(
         self, row: int, f: SurfaceFigures, figures: dict[str, Any], seasonal_binds: bool
     ) -> tuple[float, float, str]:
@@ -1089,7 +1066,6 @@ class Detector:
             out[f"swarm.tail.{a}"] = np.moveaxis(getattr(self.swarm.tail, a), 0, -1)
         out |= {f"budget.{a}": getattr(self.budget, a) for a in BudgetBank.STATE}
         out |= {f"relative.{a}": getattr(self.relative, a) for a in RelativeBank.STATE}
-        out |= {f"beacon.{a}": getattr(self.beacon, a) for a in BeaconBank.STATE}
         out |= {f"duty.{a}": getattr(self.duty, a) for a in DutyBank.STATE}
         out |= {f"ledger.{a}": getattr(self.ledger, a) for a in Ledger.STATE}
         out |= {f"incidents.{a}": getattr(self.incidents, a) for a in Incidents.STATE}
@@ -1113,7 +1089,6 @@ class Detector:
             self.spike.nbytes()
             + self.budget.nbytes()
             + self.relative.nbytes()
-            + self.beacon.nbytes()
             + self.duty.nbytes()
             + self.swarm.nbytes()
             + self.ledger.nbytes()

@@ -15,7 +15,6 @@ from alarm.config import (
     DEFAULT_META_BITS_PER_EVENT,
     UNCLASSIFIED,
     AggregateRule,
-    BeaconRule,
     BudgetRule,
     Config,
     DutyRule,
@@ -38,8 +37,7 @@ class RowPlan:
     derived: list[bool]
     # The least a derived budget may allow: the row's kind's unclassified budget.
     floors: list[BudgetRule]
-    beacon: list[BeaconRule]  # off on aggregates: members' beacons alarm on the members
-    duty: list[DutyRule]  # off on aggregates, like the beacon rule
+    duty: list[DutyRule]  # off on aggregates: members' duty alarms on the members
     meta_bits: np.ndarray
     # For aggregate row members + j: the member rows it sums (as an index array).
     aggregate_of: list[np.ndarray]
@@ -98,8 +96,6 @@ def plan_rows(config: Config, keys: list[SurfaceKey]) -> RowPlan:
         derived.append(rule.budget is None and all(derived[i] for i in declared))
         floors.append(config.unclassified_budget(kind))
         meta.append(0.0)  # members' bits already include their metadata allowance
-    beacon = [b.beacon for b in budget[: len(keys)]]
-    beacon += [BeaconRule(enabled=False)] * len(aggregate_of)
     duty = [b.duty for b in budget[: len(keys)]]
     duty += [DutyRule(enabled=False)] * len(aggregate_of)
     return RowPlan(
@@ -109,7 +105,6 @@ def plan_rows(config: Config, keys: list[SurfaceKey]) -> RowPlan:
         budget,
         derived,
         floors,
-        beacon,
         duty,
         np.array(meta),
         aggregate_of,

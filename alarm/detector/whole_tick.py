@@ -34,7 +34,6 @@ class WholeTick:
         members: int,
         aggregate_of: list[np.ndarray],
         horizons: int,
-        ring: int,
         rows: int,
     ):
         n, a = rows, len(aggregate_of)
@@ -82,7 +81,6 @@ class WholeTick:
             "learning": np.zeros(n, dtype=bool),
             "declared": np.zeros(cells, dtype=bool),
             "following": np.zeros(cells, dtype=bool),
-            "beacon_breach": np.zeros(n, dtype=bool),
             "duty_breach": np.zeros(n, dtype=bool),
             "duty_clear": np.zeros(n, dtype=bool),
             "tail_judged": np.zeros(3 * n, dtype=bool),
@@ -102,7 +100,7 @@ class WholeTick:
             partial(np.log, self.log_rates, out=self.log_rates),
             partial(np.log, self.learn_y, out=self.learn_y),
         )
-        self.native = native.Tick(self._held, dict(constants), calls, n, members, a, horizons, ring)
+        self.native = native.Tick(self._held, dict(constants), calls, n, members, a, horizons)
 
 
 __all__ = ["WholeTick"]

@@ -28,6 +28,10 @@ class RuleRows:
     aggregate_of: list[np.ndarray]
     # Per row, what was configured for it (rows.RowPlan.settings).
     settings: list[Any]
+    # Per row, the budget in force (declared, derived or the kind's; rows.RowPlan.budget),
+    # which holds the timing rules' settings (beacon, duty).
+    budgets: list[Any]
+    tick: float  # the configured tick, seconds
 
     def section(self, name: str) -> list[Any]:
         """Each row's configuration of rule ``name`` (None where the row has none: an
@@ -65,6 +69,8 @@ class Rule:
         self.rows = rows
         n = len(rows.targets)
         self.enabled = np.ones(n, dtype=bool)
+        # How long each row's alert stays clear before it resolves.
+        self.resolve_hold = np.full(n, self.RESOLVE_HOLD)
 
     def configured(self) -> list[Any]:
         """Each row's configuration of this rule (None where it has none)."""
