@@ -67,13 +67,20 @@ def test_flow_contributors_find_what_they_named_as_a_fresh_table_reads_it() -> N
         row(1.0, "2001:db8::5", "TCP", 1),
         row(1.0, "2001:db8::5:1", "TCP", None),  # the same name, "2001:db8::5:1/TCP"
         row(1.0, "10.0.0.5", "TCP", 443),
+        row(1.0, "10.0.0.9", "UDP", 80),
+        row(1.0, "10.0.0.9:80", "UDP", None),  # forged text: the same name again
+        row(1.0, "a/b", "TCP", 1),  # forged text: a "/" in the address
+        row(1.0, "10.0.0.7", "x\udcff", 8),  # two protocols shown alike (U+FFFD)
+        row(1.0, "10.0.0.7", "x\ufffd", 8),
     ]
     fresh = FlowSubjects(scan_of(rows)).contributor_table()
     assert fresh is not None
-    asked = ["2001:db8::5:1/TCP", "10.0.0.5:443/TCP", "10.0.0.5:444/TCP"]
+    n = fresh.count
+    asked = FlowSubjects(scan_of(rows)).contributor_table().names(range(n))  # type: ignore[union-attr]
+    asked += ["10.0.0.5:444/TCP", "nonsense"]
     expected = fresh.find(asked).tolist()
-    assert expected[1] >= 0 and expected[2] == -1
-    for order in (range(3), reversed(range(3))):
+    assert expected[-2:] == [-1, -1] and expected[2] >= 0
+    for order in (range(n), reversed(range(n))):
         table = FlowSubjects(scan_of(rows)).contributor_table()
         assert table is not None
         for i in order:  # one index a call, as the ticks of a batch ask

@@ -137,23 +137,47 @@ class FlowContributors:
 
     def names(self, ids: Sequence[int]) -> list[str]:
         s = self.scan
-        named = self._named
+        named, read = self._named, self._read
+        dsts, protos = self._tables()
         width = max(len(s.protos), 1)
         out = []
-        fresh = []
+        hard = []
         for i in np.asarray(ids, dtype=np.int64).tolist():
             name = named.get(i)
             if name is None:
                 rest, proto = divmod(int(self._keys[i]), width)
                 dst, port = divmod(rest, _PORTS)
+                where = s.dsts[dst]
                 name = named[i] = contributor_name(
-                    s.dsts[dst], None if port == 0 else port - 1, s.protos[proto]
+                    where, None if port == 0 else port - 1, s.protos[proto]
                 )
-                fresh.append(name)
+                # What is named is what is looked for next: read back now, as ``_find``
+                # reads it, without parsing the name where it can only read back as ``i``
+                # (the address has no "/", the protocol part is this protocol's, and a
+                # name with a port is not also an address without one).
+                if (
+                    "/" not in where
+                    and dsts.get(where) == dst
+                    and protos.get(name[name.find("/") :]) == proto
+                    and (port == 0 or f"{where}:{port - 1}" not in dsts)
+                ):
+                    read[name] = i
+                else:
+                    hard.append(name)
             out.append(name)
-        if fresh:  # read back once now: what is named is what is looked for next
-            self._read.update(zip(fresh, self._find(fresh).tolist(), strict=True))
+        if hard:
+            read.update(zip(hard, self._find(hard).tolist(), strict=True))
         return out
+
+    def _tables(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(destination -> its index, protocol part "/TCP" -> its index), made once."""
+        if self._index is None:
+            s = self.scan
+            self._index = (
+                dict(zip(s.dsts, range(len(s.dsts)), strict=True)),
+                {contributor_name("", None, p): i for i, p in enumerate(s.protos)},
+            )
+        return self._index
 
     def find(self, names: Sequence[str]) -> np.ndarray:
         read = self._read
@@ -168,12 +192,7 @@ class FlowContributors:
 
     def _find(self, names: Sequence[str]) -> np.ndarray:
         s = self.scan
-        if self._index is None:  # made on the first call: a batch may need none
-            self._index = (
-                dict(zip(s.dsts, range(len(s.dsts)), strict=True)),
-                {contributor_name("", None, p): i for i, p in enumerate(s.protos)},
-            )
-        dsts, protos = self._index
+        dsts, protos = self._tables()
         width = max(len(s.protos), 1)
         # Up to two keys a name can be read as, each looked up in one searchsorted: the
         # port-less flow first (ICMP, a fragment), then the address before the last ":".
