@@ -229,7 +229,7 @@ class FlowOwners:
     ``socket cgroupv2 ... log prefix "EGRESS_FENCE agent-17 "``), ``{"prefix": ...}``.  Made
     only for the contributors asked (``get``): a batch may name few of thousands."""
 
-    __slots__ = ("_columns", "_contributor", "_made", "_prefixes", "_spans")
+    __slots__ = ("_alike", "_columns", "_contributor", "_made", "_prefixes", "_spans")
 
     def __init__(
         self, contributor: np.ndarray, uid: np.ndarray, prefix: np.ndarray, names: list[str]
@@ -241,6 +241,9 @@ class FlowOwners:
         self._spans: dict[int, tuple[int, int]] | None = None
         # Receipts made so far: a contributor is asked once per tick and surface it wrote in.
         self._made: dict[int, dict[str, Any] | None] = {}
+        # Receipts by what they are made of (the UIDs and prefixes of the contributor's
+        # flows): most contributors are written by the same few owners.
+        self._alike: dict[tuple[frozenset[int], frozenset[int]], dict[str, Any]] = {}
 
     def __bool__(self) -> bool:
         return bool(len(self._contributor))
@@ -255,7 +258,8 @@ class FlowOwners:
         """``get(index)`` to be called when the receipt is shown (None: there is none).
         Most contributors staged for a tick are pruned before it is evaluated: their
         receipts are never made."""
-        return partial(self.get, index) if index in self._spans_by_contributor() else None
+        spans = self._spans if self._spans is not None else self._spans_by_contributor()
+        return partial(self.get, index) if index in spans else None
 
     def _spans_by_contributor(self) -> dict[int, tuple[int, int]]:
         if self._spans is None:
@@ -274,14 +278,20 @@ class FlowOwners:
         if span is None:
             return None
         uid, prefix = (column[span[0] : span[1]] for column in self._columns)
+        of = (frozenset(uid), frozenset(prefix))
+        made = self._alike.get(of)
+        if made is not None:
+            return made
         out: dict[str, Any] = {}
-        uids = sorted(set(uid) - {-1})
+        uids = sorted(of[0] - {-1})
         if uids:
             out["uid"] = _listed([str(u) for u in uids])
-        named = sorted({self._prefixes[p] for p in set(prefix) - {-1}})
+        named = sorted({self._prefixes[p] for p in of[1] - {-1}})
         if named:
             out["prefix"] = _listed(named)
-        return bounded_receipt(out)  # as the surfaces keep it, made once a batch
+        # As the surfaces keep it, made once a batch for each set of owners.
+        made = self._alike[of] = bounded_receipt(out)
+        return made
 
 
 def _listed(values: list[str]) -> str:
