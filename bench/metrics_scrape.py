@@ -1,18 +1,22 @@
 #!/usr/bin/env python3
-"""Figure: a /metrics scrape at N declared surfaces, lean (the default) against Prometheus'
-default 10 s scrape_timeout and the 1 s floor of issue 29.  Measured on the installed
-package, the path `capalarm run` serves: exporters.prometheus.all_families, then
-exporters.textformat.ScrapeCache.render (the HTTP server's cache), plain and gzip.
+"""Figure: a /metrics scrape at N declared surfaces, all in -- the pipeline's snapshot, the
+families and the render -- against Prometheus' default 10 s scrape_timeout and the 1 s floor
+of issue 29.  Measured on the installed package, the path `capalarm run` serves:
+alarm.pipeline.Pipeline.snapshot with the scrape's request (SnapshotRequest(): columns only,
+alarm/snapshot.py), exporters.prometheus.all_families, then
+exporters.textformat.ScrapeCache.render (the HTTP server's cache) with gzip, as Prometheus
+asks.
 
     python bench/metrics_scrape.py [--surfaces 100000] [--reps 3]
 
-Each rep: a fresh snapshot of a pipeline that has run a few ticks of lognormal traffic (30 %
-of surfaces silent), then
-  - cold: the first scrape (an empty cache), text and gzip;
+Each rep: a pipeline that has run a few ticks of lognormal traffic (30 % of surfaces silent),
+then
+  - cold: the first scrape (an empty cache);
   - warm: the scrape after the next tick of the same traffic (most rows changed);
   - quiet: the scrape after a tick in which 1 % of the surfaces wrote, after one like it;
-Anchors in the same run: the full exposition (http.metrics: full, every family) by the
-one-shot writer (render_text, what every scrape cost before the cache), and
+Anchors in the same run: the snapshot as it was before columns (``views_per_row``: a
+SurfaceView per surface from the detector's per-row readers, which every scrape paid), the full exposition (http.metrics: full, every family) by
+the one-shot writer (render_text, what every scrape cost before the cache), and
 prometheus_client's generate_latest on the lean families (once, the same series count).
 Medians are printed.
 """
@@ -36,6 +40,7 @@ from prometheus_client import CollectorRegistry, exposition  # noqa: E402
 
 from alarm.config import config_from_dict  # noqa: E402
 from alarm.pipeline import Pipeline  # noqa: E402
+from alarm.snapshot import SnapshotRequest, SurfaceView  # noqa: E402
 from exporters.prometheus import all_families  # noqa: E402
 from exporters.textformat import Columns, ScrapeCache, code_path, render_text  # noqa: E402
 
@@ -64,6 +69,63 @@ def pipeline(n: int, ticks: int) -> Pipeline:
     for t in range(ticks):
         tick(p, t, 0.7, rng)
     return p
+
+
+def views_per_row(p: Pipeline, top: int) -> list[SurfaceView]:
+    """The anchor: what Pipeline.snapshot made for every request before columns (its loop
+    until bd7313c), a SurfaceView per surface from the detector's per-row readers."""
+    det, table = p.detector, p.table
+    learning = det.spike.learning.tolist()
+    views = []
+    for row, (kind, name) in enumerate(det.keys):
+        if row < len(table):
+            nbytes, events = int(table.bytes_total[row]), int(table.events_total[row])
+            contributors, error = table.hitters[row].top(top), table.hitters[row].error
+        else:
+            members = [table.index[m] for m in det.aggregates[(kind, name)]]
+            nbytes = int(table.bytes_total[members].sum())
+            events = int(table.events_total[members].sum())
+            contributors, error = [], 0
+        f = det.figures_of(row)
+        drop = det.drop_alerts.state[row] if det.drop_on(row) else None
+        beacon = det.beacon_alerts.state[row] if det.beacon_on(row) else None
+        duty = det.duty_alerts.state[row] if det.duty_on(row) else None
+        views.append(
+            SurfaceView(
+                kind=kind,
+                name=name,
+                bytes_total=nbytes,
+                events_total=events,
+                rate=f.rate,
+                events_rate=f.events_rate,
+                baseline=f.baseline,
+                threshold=f.threshold,
+                baseline_ready=f.baseline_ready,
+                capacity_bps=f.capacity_bps,
+                budget_excess=f.budget_excess,
+                budget_allowance=f.budget_allowance,
+                budget_tolerance=f.budget_tolerance,
+                spike_state=int(det.spike_alerts.state[row]),
+                budget_state=int(det.budget_alerts.state[row]),
+                contributors=contributors,
+                contributors_error=error,
+                budget_horizons=f.horizons,
+                seasonal_ratio=f.seasonal_ratio,
+                seasonal_judged=f.seasonal_judged,
+                drop_state=None if drop is None else int(drop),
+                beacon_state=None if beacon is None else int(beacon),
+                duty_state=None if duty is None else int(duty),
+                learning=learning[row],
+                budget_misconfigured=bool(det.budget.misconfigured[row]),
+                rule_alert_states={
+                    n: int(det.alert_banks[n].state[row])
+                    for n, rule in det.rules.items()
+                    if rule.enabled[row]
+                },
+                **det.members_shift_of(row),
+            )
+        )
+    return views
 
 
 class _Fixed:
@@ -98,32 +160,44 @@ def main(argv: list[str] | None = None) -> int:
     def note(key: str, seconds: float) -> None:
         m.setdefault(key, []).append(seconds)
 
+    scrape = SnapshotRequest()  # what /metrics asks the pipeline for
+
+    def snapshot():  # type: ignore[no-untyped-def]
+        return p.snapshot(time.time(), 10, {}, {}, scrape)
+
+    # The first scrape of a pipeline lays its surfaces out once (names, label tuples, the
+    # horizons' groups): timed apart, all in, on a cache of its own.
+    t0 = time.perf_counter()
+    ScrapeCache().render(all_families(snapshot(), []), gzip=True)
+    first_s = time.perf_counter() - t0
+    body = b""
     for _ in range(args.reps):
         cache = ScrapeCache()
-        snap, s = timed(p.snapshot, time.time(), 10, {}, {})
-        note("snapshot", s)
+        snap, s = timed(snapshot)
+        note("cold snapshot", s)
         fams, s = timed(all_families, snap, [])
-        note("families", s)
-        body, s = timed(cache.render, fams)
-        note("cold text", s)
+        note("cold families", s)
+        zipped, s = timed(cache.render, fams, gzip=True)
+        note("cold render", s)
+        body = gzip.decompress(zipped)
         if body != render_text(fams):
             print("the cache and the one-shot writer disagree: no figure", file=sys.stderr)
             return 1
-        zipped, s = timed(cache.render, fams, gzip=True)
-        note("cold gzip", s)
-        if gzip.decompress(zipped) != body:
-            print("the gzip body does not decompress to the text: no figure", file=sys.stderr)
-            return 1
+        # Anchors: a view per surface, as every snapshot made before columns; the full
+        # exposition by the one-shot writer.
+        _, s = timed(views_per_row, p, 10)
+        note("anchor views", s)
         full, s = timed(render_text, all_families(snap, [], full=True))
         note("anchor full", s)
         for label, active in (("warm", 0.7), ("quiet", 0.01), ("quiet", 0.01)):
             tick(p, t, active, rng)
             t += 1
-            snap = p.snapshot(time.time(), 10, {}, {})
+            snap, s = timed(snapshot)
             fams, f = timed(all_families, snap, [])
-            zipped, s = timed(cache.render, fams, gzip=True)
+            zipped, r = timed(cache.render, fams, gzip=True)
+            note(f"{label} snapshot", s)
             note(f"{label} families", f)
-            note(f"{label} gzip", s)
+            note(f"{label} render", r)
             note(f"{label} lines", cache.stats.lines_written)
     # The anchor: prometheus_client on the lean families of the last snapshot, once.
     registry = CollectorRegistry(auto_describe=False)
@@ -135,18 +209,27 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{args.surfaces:,} surfaces, lean: {n:,} series ({n / args.surfaces:.1f} a surface), "
         f"{len(body) / 1e6:.1f} MB, gzip {len(zipped) / 1e6:.1f} MB; full: "
-        f"{series_count(full):,} series, {len(full) / 1e6:.1f} MB; median of {args.reps}:\n"
-        f"  snapshot (alarm/pipeline.py, not the exporter)  {med['snapshot']:6.2f} s\n"
-        f"  lean families                                   {med['families']:6.2f} s\n"
-        f"  cold scrape: text                               {med['cold text']:6.2f} s\n"
-        f"  cold scrape: gzip of it                         {med['cold gzip']:6.2f} s\n"
-        f"  after a tick, 70 % writing: families + gzip     {med['warm families'] + med['warm gzip']:6.2f} s"
-        f"   ({med['warm lines']:,.0f} lines rewritten)\n"
-        f"  after a tick, 1 % writing: families + gzip      {med['quiet families'] + med['quiet gzip']:6.2f} s"
-        f"   ({med['quiet lines']:,.0f} lines rewritten)\n"
-        f"  anchor: full exposition, one-shot writer        {med['anchor full']:6.2f} s\n"
-        f"  anchor: prometheus_client generate_latest, lean {client_s:6.2f} s (once)\n"
-        f"code path: ScrapeCache over {code_path()}"
+        f"{series_count(full):,} series, {len(full) / 1e6:.1f} MB; median of {args.reps}, "
+        "seconds:\n"
+        "  scrape (gzip)                      snapshot  families  render   ALL IN"
+    )
+    for label, what in (
+        ("cold", "cold: empty cache (a new server)"),
+        ("warm", "after a tick, 70 % writing"),
+        ("quiet", "after a tick, 1 % writing"),
+    ):
+        parts = [med[f"{label} {k}"] for k in ("snapshot", "families", "render")]
+        lines = f"   ({med[f'{label} lines']:,.0f} lines rewritten)" if label != "cold" else ""
+        print(
+            f"  {what:34s} {parts[0]:8.3f} {parts[1]:9.3f} {parts[2]:7.3f} {sum(parts):8.3f}{lines}"
+        )
+    print(
+        f"  first scrape of the pipeline, all in (layout made once)    {first_s:6.2f}\n"
+        f"  anchor: the snapshot before columns (a view per surface)   {med['anchor views']:6.2f}\n"
+        f"  anchor: full exposition, one-shot writer                   {med['anchor full']:6.2f}\n"
+        f"  anchor: prometheus_client generate_latest, lean (once)     {client_s:6.2f}\n"
+        f"code path: Pipeline.snapshot(SnapshotRequest()) -> all_families -> ScrapeCache over "
+        f"{code_path()}"
     )
     return 0
 
