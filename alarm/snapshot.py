@@ -511,7 +511,7 @@ class SurfaceColumns:
             kind, sep, name = after.partition(AFTER_SEP)
             found = self.layout.row_of(kind, name) if sep else None
             if found is None:
-                raise PageError(f"after: no surface {after!r}")
+                raise PageError(f"after: no surface {after[:80]!r}")
             start = found + 1
         return list(range(start, min(start + limit, n))), start + limit < n
 
