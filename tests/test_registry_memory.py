@@ -165,7 +165,9 @@ async def test_paging_links_of_60_kb_are_not_followed() -> None:
             assert not await poll(source, rec)
         counts = rec.counts()
         assert counts["urls_too_long"] == 1 and counts["poll_errors"] == 1, counts
-        assert "over max_url_bytes (8192): not requested" in source.health.last_error
+        # Refused by the listing's page trail (it says "not followed") or, for a link that
+        # reaches the client some other way, by the client ("not requested").
+        assert "over max_url_bytes (8192): not " in source.health.last_error
         assert not source.health.up
         assert rss.growth < 16 * MiB, f"peak RSS grew {rss.growth} bytes"
 
@@ -200,7 +202,10 @@ async def test_a_48_mib_project_page_is_read_in_bounded_memory_and_counted_exact
             with PeakRss() as rss:
                 assert await source.poll_once(client, rec, time.time()), source.health.last_error
             assert rec.counts()["baseline_artifacts"] == PAGE_FILES
-            bound = 2 * size + 24 * MiB  # the body, its text, 16 B a file, the ledger row
+            # The body, its text, 16 B a file, the ledger row: about 2x its size alone; in a
+            # whole suite's process the allocator's free lists from earlier tests make it up
+            # to 2.3x (seen in CI).  json.loads of the page held 5.6x.
+            bound = 3 * size + 24 * MiB
             assert rss.growth < bound, f"peak RSS grew {rss.growth} bytes (bound {bound})"
 
             async with client.session.post(f"{base}/add") as resp:  # type: ignore[union-attr]
