@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import ipaddress
 import itertools
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -461,7 +462,9 @@ class EgressClassifier:
             )
             for i, m in enumerate(matches)
         ]
+        t0 = time.perf_counter()
         self._index = RuleIndex(self._rules)
+        self.index_seconds = time.perf_counter() - t0  # what building the index took
 
     def classify(self, subjects: FlowSubjects, source: str) -> np.ndarray:
         """The first rule that matches each flow, as in ``classify_key``."""
