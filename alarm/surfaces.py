@@ -10,7 +10,7 @@ metric labels.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from itertools import compress, repeat
 from typing import Any
 
@@ -204,15 +204,6 @@ def bounded_receipts(
     return {c: r for c, r in receipts.items() if c in hitters}
 
 
-# A staged receipt: made, or to be made when shown (None from the call: there is none).
-Staged = dict[str, Any] | Callable[[], dict[str, Any] | None]
-
-
-def made(receipt: Staged | None) -> dict[str, Any] | None:
-    """A staged receipt, made."""
-    return receipt() if callable(receipt) else receipt
-
-
 class StagedCredits:
     """Contributors of one open tick, per surface row, held until the tick is evaluated: an
     alert's evidence is then who wrote in the ticks it judged (event time), not whatever the
@@ -224,7 +215,7 @@ class StagedCredits:
     def __init__(self, k: int):
         self._k = k
         self.hitters: dict[int, HeavyHitters] = {}
-        self.receipts: dict[int, dict[str, Staged]] = {}
+        self.receipts: dict[int, dict[str, dict[str, Any]]] = {}
 
     def add(
         self,
@@ -255,10 +246,8 @@ class StagedCredits:
         evidence = contributors.evidence
         if evidence:
             receipts = self.receipts.setdefault(row, {})
-            # A source may hand over receipts to be made when shown (FlowOwners.later).
-            get = getattr(evidence, "later", evidence.get)
             for contributor, index in zip(added, contributors.find(added).tolist(), strict=True):
-                receipt = get(index)
+                receipt = evidence.get(index)
                 if receipt is not None:
                     receipts[contributor] = receipt
             self.receipts[row] = bounded_receipts(receipts, hitters, self._k)
@@ -269,7 +258,7 @@ class StagedCredits:
             top = hitters.top(self._k)
             names = [c for c, _ in top]
             receipts = other.receipts.get(row, {})
-            self.add(row, names, [b for _, b in top], [made(receipts.get(c)) for c in names])
+            self.add(row, names, [b for _, b in top], [receipts.get(c) for c in names])
             self.hitters[row].error = max(self.hitters[row].error, hitters.error)
         return self
 
@@ -339,7 +328,7 @@ class SurfaceTable:
                 continue
             receipts = self.receipts[row]
             for contributor, _ in top:
-                receipt = made(staged_receipts.get(contributor))
+                receipt = staged_receipts.get(contributor)
                 if receipt is not None:
                     receipts[contributor] = bounded_receipt(receipt)
             self.receipts[row] = bounded_receipts(receipts, recent, k)

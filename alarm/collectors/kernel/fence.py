@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
@@ -253,13 +252,6 @@ class FlowOwners:
         if made is self:
             made = self._made[index] = self._make(index)
         return default if made is None else made
-
-    def later(self, index: int) -> Callable[[], dict[str, Any] | None] | None:
-        """``get(index)`` to be called when the receipt is shown (None: there is none).
-        Most contributors staged for a tick are pruned before it is evaluated: their
-        receipts are never made."""
-        spans = self._spans if self._spans is not None else self._spans_by_contributor()
-        return partial(self.get, index) if index in spans else None
 
     def _spans_by_contributor(self) -> dict[int, tuple[int, int]]:
         if self._spans is None:
