@@ -102,10 +102,17 @@ def subjects(keys: list[Key]) -> FlowSubjects:
     return FlowSubjects(scan)
 
 
-def indexed(rules: list[EgressMatch], memo_limit: int = 1 << 16) -> EgressClassifier:
-    # column_rules=0: every batch goes through the index, however few the rules.
+def indexed(
+    rules: list[EgressMatch], memo_limit: int = 1 << 16, miss_rules: int = 0
+) -> EgressClassifier:
+    # column_rules=0, miss_rules=0: every new flow goes through the index, however few the
+    # rules; a large miss_rules: new flows go rule by rule (and into the memo).
     return EgressClassifier(
-        [f"s{i}" for i in range(len(rules))], rules, memo_limit=memo_limit, column_rules=0
+        [f"s{i}" for i in range(len(rules))],
+        rules,
+        memo_limit=memo_limit,
+        column_rules=0,
+        miss_rules=miss_rules,
     )
 
 
@@ -115,9 +122,10 @@ def indexed(rules: list[EgressMatch], memo_limit: int = 1 << 16) -> EgressClassi
     batches=st.lists(st.lists(flows, max_size=25), min_size=1, max_size=3),
     source=st.sampled_from(SOURCES),
     memo_limit=st.sampled_from([0, 1, 4, 1 << 16]),
+    miss_rules=st.sampled_from([0, 10**9]),
 )
-def test_index_classifies_as_the_rules_one_by_one(rules, batches, source, memo_limit):
-    c = indexed(rules, memo_limit)
+def test_index_classifies_as_the_rules_one_by_one(rules, batches, source, memo_limit, miss_rules):
+    c = indexed(rules, memo_limit, miss_rules)
     for keys in batches * 2:  # twice: the second time from the memo
         s = subjects(keys)
         expected = [c.classify_key(k, source) for k in s.scan.identities()]

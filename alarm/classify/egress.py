@@ -41,6 +41,11 @@ MEMO_LIMIT = 1 << 16
 # (``classify_columns``): a few ns per rule and flow, less than a memo look-up in Python, and
 # no Python per flow under a spray of destinations.  Above it, through the index and memo.
 COLUMN_RULES = 64
+# A flow the memo does not hold costs about as much through the index (~4 us) as a numpy pass
+# per rule over one flow does for this many rules (~5 ns a rule; bench/egress_index.py).  A
+# batch goes rule by rule when that is cheaper: rules x flows <= MISS_RULES x new flows (a
+# spray of new destinations with a few hundred surfaces).
+MISS_RULES = 800
 
 # What the kernel's LOG target prints after PROTO= (net/netfilter/nf_log_syslog.c): these
 # names, and any other IP protocol as its number.  A ``match.proto`` item must be one of them,
@@ -443,10 +448,12 @@ class EgressClassifier:
         matches: Sequence[EgressMatch],
         memo_limit: int = MEMO_LIMIT,
         column_rules: int = COLUMN_RULES,
+        miss_rules: int = MISS_RULES,
     ):
         self.surfaces = list(names)
         self.memo_limit = memo_limit
         self.column_rules = column_rules
+        self.miss_rules = miss_rules
         self.memo_evictions = 0  # flow keys dropped from the memo (looked up again if seen)
         self._memo: dict[tuple[FenceKey, str], int] = {}
         self._rules = [
@@ -467,37 +474,46 @@ class EgressClassifier:
         self.index_seconds = time.perf_counter() - t0  # what building the index took
 
     def classify(self, subjects: FlowSubjects, source: str) -> np.ndarray:
-        """The first rule that matches each flow, as in ``classify_key``."""
+        """The first rule that matches each flow, as in ``classify_key``: flows the memo
+        holds from it, the others through the index, unless the rules are so few that a pass
+        per rule over the whole batch costs less (``column_rules``, ``miss_rules``)."""
         if len(self._rules) <= self.column_rules:
             return self.classify_columns(subjects, source)
         memo = self._memo
-        first_match = self._index.first_match
-        out = []
-        for key in subjects.scan.identities():
-            k = (key, source)
-            surface = memo.get(k)
-            if surface is None:
-                surface = first_match(key, source)
-                if len(memo) >= self.memo_limit:
-                    memo = self._forget_older_half()
-                if self.memo_limit:
-                    memo[k] = surface
-            out.append(surface)
-        return np.array(out, dtype=np.int64)
+        keys = subjects.scan.identities()
+        found = [memo.get((key, source)) for key in keys]
+        new = [i for i, surface in enumerate(found) if surface is None]
+        if not new:
+            return np.array(found, dtype=np.int64)
+        if len(new) * self.miss_rules >= len(self._rules) * len(keys):
+            columns = self.classify_columns(subjects, source).tolist()
+            for i in new:
+                found[i] = self._remember(keys[i], source, columns[i])
+        else:
+            first_match = self._index.first_match
+            for i in new:
+                found[i] = self._remember(keys[i], source, first_match(keys[i], source))
+        return np.array(found, dtype=np.int64)
+
+    def _remember(self, key: FenceKey, source: str, surface: int) -> int:
+        if self.memo_limit:
+            if len(self._memo) >= self.memo_limit:
+                self._forget_older_half()
+            self._memo[key, source] = surface
+        return surface
 
     @property
     def memo_size(self) -> int:
         """Flow keys remembered (at most ``memo_limit``)."""
         return len(self._memo)
 
-    def _forget_older_half(self) -> dict[tuple[FenceKey, str], int]:
+    def _forget_older_half(self) -> None:
         # In one step: deleting the oldest key one at a time makes finding the next oldest
         # (the first live entry of the dict) slower with each deletion.
         keep = self.memo_limit // 2
         dropped = len(self._memo) - keep
         self._memo = dict(itertools.islice(self._memo.items(), dropped, None))
         self.memo_evictions += dropped
-        return self._memo
 
     def classify_columns(self, subjects: FlowSubjects, source: str) -> np.ndarray:
         """Each rule is evaluated on the distinct values of each field, then combined over
