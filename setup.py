@@ -1,8 +1,8 @@
 """The optional native parts; everything else is in pyproject.toml.
 
 ``optional=True``, but for the detector's (below): where no C compiler is available the
-install still succeeds, and alarm.collectors.kernel.fastscan, the detector's fused passes
-(their numpy twins), the backtest's reader of write
+install still succeeds, and alarm.collectors.kernel.fastscan, alarm.collectors.fs.dirscan
+(the fs source's directory scans), the detector's fused passes, the backtest's reader of write
 events (alarm/backtest.py) and the /metrics writer (exporters/textformat.py) use their
 pure-Python paths (same results, slower).
 
@@ -77,6 +77,12 @@ setup(
         Extension(
             "alarm._eventscan",
             ["alarm/_eventscan.c"],
+            extra_compile_args=["-O2", "-fno-fast-math"],
+            optional=True,
+        ),
+        Extension(
+            "alarm.collectors.fs._dirscan",
+            ["alarm/collectors/fs/_dirscan.c"],
             extra_compile_args=["-O2", "-fno-fast-math"],
             optional=True,
         ),

@@ -105,6 +105,31 @@ class EventColumns:
         self.pid.append(pid)
         return len(self.paths) - 1
 
+    def add_many(
+        self,
+        ts: Sequence[float],
+        paths: Sequence[str],
+        nbytes: np.ndarray,
+        changes: Sequence[str],
+        dev: np.ndarray,
+        ino: np.ndarray,
+        size: np.ndarray,
+        mtime: np.ndarray,
+        pids: Sequence[int],
+    ) -> None:
+        """:meth:`add` for many events (bytes written, no capacity, no extras)."""
+        n = len(paths)
+        self.ts.extend(ts)
+        self.paths += paths
+        self.nbytes.frombytes(np.ascontiguousarray(nbytes, dtype=np.int64).tobytes())
+        self.capacity.frombytes(np.full(n, -1, dtype=np.int64).tobytes())
+        self.change.extend(CODE[c] for c in changes)
+        self.dev.frombytes(np.ascontiguousarray(dev, dtype=np.int64).tobytes())
+        self.ino.frombytes(np.ascontiguousarray(ino, dtype=np.uint64).tobytes())
+        self.size.frombytes(np.ascontiguousarray(size, dtype=np.int64).tobytes())
+        self.mtime.frombytes(np.ascontiguousarray(mtime, dtype=np.int64).tobytes())
+        self.pid.extend(pids)
+
     def extend(self, other: EventColumns) -> None:
         base = len(self)
         for name in ("ts", "nbytes", "capacity", "change", "dev", "ino", "size", "mtime", "pid"):

@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 import stat
 
+from alarm.collectors.fs.dirscan import EntryStat
+
 SPARSE_SLACK = 64 * 1024
 MAX_EXTENTS = 4096  # SEEK_DATA/SEEK_HOLE steps before falling back to allocated bytes
 OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -62,7 +64,7 @@ def data_bytes(path: bytes, dev: int, ino: int, size: int, allocated: int) -> in
         os.close(fd)
 
 
-def measure(path: bytes, st: os.stat_result) -> tuple[int, bool]:
+def measure(path: bytes, st: os.stat_result | EntryStat) -> tuple[int, bool]:
     """(bytes to count, sparse?) for the entry at ``path`` as ``lstat`` saw it."""
     mode = st.st_mode
     if stat.S_ISREG(mode):

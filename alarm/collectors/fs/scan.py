@@ -1,10 +1,14 @@
 """Directory scans in bounded steps: the baseline at first start, the reconcile after a restart
 or a queue overflow, a new or moved-in directory, and the rounds of poll mode.
 
-A scan lists directories depth-first with ``os.scandir`` on byte paths (names stay bytes:
-any name the kernel accepts is handled) and looks at each entry with ``lstat`` (never following
-a symlink) through :meth:`FileState.observe`.  It runs ``budget`` entries per step, so a tree of
-a million files is a few hundred steps with the inotify queue drained between them.  When it
+A scan lists directories depth-first on byte paths (names stay bytes: any name the kernel
+accepts is handled) and looks at each entry with ``lstat`` (never following a symlink).  With
+the native lister (dirscan.py: getdents64 + fstatat in C, a directory's entries as columns)
+the entries that are new names of new inodes are added in bulk
+(:meth:`FileState.observe_listing`) and the others go through :meth:`FileState.observe` one
+by one; without it, ``os.scandir`` and ``observe`` for every entry.  It runs about
+``budget`` entries per step, so a tree of a million files is a few hundred steps with the
+inotify queue drained between them.  When it
 has listed everything it sweeps: what it did not see, and nothing touched since it started, is
 gone (:meth:`FileState.sweep`).
 
@@ -27,12 +31,16 @@ into the past; clamping keeps it inside the outage.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from alarm.collectors.fs.state import FileState, Output, show
+import numpy as np
+
+from alarm.collectors.fs import dirscan
+from alarm.collectors.fs.state import Dir, FileState, Output, show
 
 
 @dataclass(slots=True)
@@ -49,19 +57,23 @@ class ScanJob:
     mtimes: dict[int, int] = field(default_factory=dict)  # listed dir -> its mtime then
     clean: bool = False  # done, and no listed directory changed while it ran
     on_done: Callable[[], None] | None = None
+    native: bool = False  # listed with the native lister (dirscan.py), decided at start
     _iter: Iterator[os.DirEntry[bytes]] | None = None
+    _fd: int = -1  # the directory being listed natively
     _dir: int = -1
     _closer: Callable[[], None] | None = None
 
     def start(self, state: FileState) -> None:
         self.gen = state.new_gen()
         self.stack = list(reversed(self.roots))
+        self.native = dirscan.available()
 
     def close(self) -> None:
         if self._closer is not None:
             with contextlib.suppress(OSError):
                 self._closer()
         self._iter = self._closer = None
+        self._fd = -1
 
     def run(
         self,
@@ -76,7 +88,7 @@ class ScanJob:
         count = self.count
         since = self.since
         while used < budget:
-            if self._iter is None:
+            if self._iter is None and self._fd < 0:
                 if not self.stack:
                     self.clean = self._unchanged(state)
                     state.sweep(self.scanned, self.gen, now, out)
@@ -89,26 +101,39 @@ class ScanJob:
                 path = state.path(did)
                 try:
                     mtime = os.stat(path).st_mtime_ns
-                    it = os.scandir(path)
+                    if self.native:
+                        fd = dirscan.open_dir(path)
+                    else:
+                        it = os.scandir(path)
                 except FileNotFoundError:
                     continue  # removed meanwhile: its parent's events or sweep handle it
                 except NotADirectoryError:
                     continue
-                except PermissionError as exc:
-                    out.problem("permission_errors", f"cannot list {show(path)}: {exc.strerror}")
-                    continue
                 except OSError as exc:
-                    out.problem("scan_errors", f"cannot list {show(path)}: {exc.strerror}")
+                    if exc.errno == errno.ELOOP:
+                        continue  # a symlink now: its parent's events or sweep handle it
+                    if isinstance(exc, PermissionError):
+                        out.problem(
+                            "permission_errors", f"cannot list {show(path)}: {exc.strerror}"
+                        )
+                    else:
+                        out.problem("scan_errors", f"cannot list {show(path)}: {exc.strerror}")
                     continue
                 d.gen = self.gen
                 d.listed = True
                 self.scanned.append(did)
                 self.mtimes[did] = mtime
-                self._iter, self._dir, self._closer = iter(it), did, it.close
+                if self.native:
+                    self._fd, self._dir, self._closer = fd, did, lambda fd=fd: os.close(fd)
+                else:
+                    self._iter, self._dir, self._closer = iter(it), did, it.close
             did = self._dir
             d = state.dirs.get(did)
             if d is None:
                 self.close()
+                continue
+            if self._fd >= 0:
+                used += self._run_native(state, d, budget - used, now, out, skip)
                 continue
             exhausted = True
             for entry in self._iter:
@@ -147,6 +172,59 @@ class ScanJob:
                 self.close()
         self.entries += used
         return False, used
+
+    def _run_native(
+        self,
+        state: FileState,
+        d: Dir,
+        budget: int,
+        now: float,
+        out: Output,
+        skip: Callable[[int, bytes], bool],
+    ) -> int:
+        """List about ``budget`` more entries of the directory open natively and observe
+        them (new names of new inodes in bulk); returns the entries listed."""
+        did = d.id
+        try:
+            lst = dirscan.list_dir(self._fd, did, budget)
+        except OSError as exc:
+            out.problem("scan_errors", f"cannot list {show(state.path(did))}: {exc.strerror}")
+            self.close()
+            return 1
+        if lst.done:
+            self.close()
+        names = lst.names
+        count = self.count
+        if count:
+            ts = np.clip(lst.ctime / 1e9, self.since, now)
+        else:
+            ts = np.full(len(names), now)
+        keep = np.fromiter((not skip(did, n) for n in names), dtype=bool, count=len(names))
+        for i in np.flatnonzero(lst.err).tolist():
+            if not keep[i]:
+                continue
+            keep[i] = False
+            name, code = names[i], int(lst.err[i])
+            if code == errno.ENOENT:
+                if d.poll and count:
+                    # Listed, gone before measured, and no event will tell: say so.
+                    state.vanish(did, name, now, out, wrote=False)
+                continue
+            what = f"cannot stat {show(state.entry_path(did, name))}: {os.strerror(code)}"
+            if code in (errno.EACCES, errno.EPERM):
+                out.problem("permission_errors", what)
+            else:
+                out.problem("scan_errors", what)
+        rest = state.observe_listing(did, lst, np.flatnonzero(keep), ts, count, out)
+        for i in rest.tolist():
+            name = names[i]
+            st = lst.stat(i)
+            state.observe(did, name, st, float(ts[i]), count, out, change="found_by_scan")
+            if self.recursive and stat.S_ISDIR(st.st_mode):
+                cid = d.children.get(name)
+                if cid is not None:
+                    self.stack.append(cid)
+        return max(1, len(names))
 
     def _unchanged(self, state: FileState) -> bool:
         """Whether every directory listed still has the mtime it had when listed."""

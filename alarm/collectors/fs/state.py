@@ -38,10 +38,13 @@ import numpy as np
 
 from alarm.collectors.fs.birth import Births
 from alarm.collectors.fs.columns import EventColumns
+from alarm.collectors.fs.dirscan import EntryStat, Listing, ledger_rows
 from alarm.collectors.fs.ledger import ledger_value
-from alarm.collectors.fs.measure import measure
+from alarm.collectors.fs.measure import SPARSE_SLACK, measure
 from alarm.collectors.fs.table import DELETED, PENDING, SAVED, InodeTable, U64Map, key64, view
 
+# What lstat said of an entry: os.lstat's, or a native listing's (dirscan.py).
+StatLike = os.stat_result | EntryStat
 ROW_MASK = (1 << 32) - 1
 MAX_PENDING = 100_000  # pending files beyond this are counted at once (bounded memory)
 PATH_CACHE = 65536
@@ -162,7 +165,7 @@ class FileState:
         return (base if base != b"/" else b"") + b"/" + name
 
     # -- directories -------------------------------------------------------------------
-    def add_root(self, tree: int, st: os.stat_result) -> Dir:
+    def add_root(self, tree: int, st: StatLike) -> Dir:
         d = Dir(self._next_dir, -1, self.trees[tree], st.st_dev, st.st_ino, tree, gen=self.gen)
         self._next_dir += 1
         self.dirs[d.id] = d
@@ -173,7 +176,7 @@ class FileState:
         return d
 
     def _register_dir(
-        self, parent: Dir, name: bytes, st: os.stat_result, ts: float, count: bool, out: Output
+        self, parent: Dir, name: bytes, st: StatLike, ts: float, count: bool, out: Output
     ) -> Dir:
         d = Dir(self._next_dir, parent.id, name, st.st_dev, st.st_ino, parent.tree)
         d.gen = self.gen
@@ -327,19 +330,69 @@ class FileState:
         out.counts["files_created"] += 1
         self._save_row(row, out)
 
+    def _count_pending_rows(self, rows: list[int], out: Output) -> None:
+        """:meth:`_count_pending` for many rows: their events and ledger rows in bulk."""
+        plain = []
+        inodes = self.inodes
+        for row in rows:
+            if inodes.measure[row] != inodes.size[row]:
+                self._count_pending(row, out)  # a sparse file: its evidence says so
+            else:
+                plain.append(row)
+        if not plain:
+            return
+        pending = self.pending
+        dirs = self.dirs
+        prefixes: dict[int, str] = {}
+        paths = []
+        ts = []
+        pids = []
+        changes = []
+        for row in plain:
+            p = pending.pop(row)
+            ts.append(p.ts)
+            pids.append(p.pid)
+            changes.append(p.change)
+            if p.dir not in dirs:
+                paths.append("")
+                continue
+            prefix = prefixes.get(p.dir)
+            if prefix is None:
+                prefix = prefixes[p.dir] = os.fsdecode(self.entry_path(p.dir, b""))
+            paths.append(prefix + os.fsdecode(p.name))
+        at = np.array(plain, dtype=np.int64)
+        measures = view(inodes.measure, np.int64)[at]
+        view(inodes.counted, np.int64)[at] = measures
+        view(inodes.flags, np.uint8)[at] &= ~np.uint8(PENDING)
+        dev = view(inodes.dev, np.int64)[at]
+        ino = view(inodes.ino, np.uint64)[at]
+        size = view(inodes.size, np.int64)[at]
+        mtime = view(inodes.mtime, np.int64)[at]
+        names = view(inodes.names, np.int32)[at]
+        events = out.events
+        for pid in set(pids):
+            if pid and pid not in events.workload:
+                events.workload[pid] = self.pid_info(pid)
+        events.add_many(ts, paths, measures, changes, dev, ino, size, mtime, pids)
+        out.counts["files_created"] += len(plain)
+        ledger_rows(out.ledger, dev, ino, size, measures, mtime, names)
+
     def settle_due(self, now: float, out: Output) -> None:
         """Count pending files whose ``settle`` has passed (oldest first), and the oldest
         beyond MAX_PENDING."""
         pending = self.pending
-        while pending:
-            row = next(iter(pending))
-            if pending[row].first + self.settle > now and len(pending) <= MAX_PENDING:
+        over = len(pending) - MAX_PENDING
+        due = []
+        settle = self.settle
+        for row, p in pending.items():  # oldest first
+            if p.first + settle > now and len(due) >= over:
                 break
-            self._count_pending(row, out)
+            due.append(row)
+        if due:
+            self._count_pending_rows(due, out)
 
     def count_all_pending(self, out: Output) -> None:
-        while self.pending:
-            self._count_pending(next(iter(self.pending)), out)
+        self._count_pending_rows(list(self.pending), out)
 
     def oldest_pending(self) -> float | None:
         if not self.pending:
@@ -350,7 +403,7 @@ class FileState:
         self,
         dir_id: int,
         name: bytes,
-        st: os.stat_result,
+        st: StatLike,
         ts: float,
         count: bool,
         out: Output,
@@ -422,6 +475,65 @@ class FileState:
             self._save_row(row, out)
         return -1
 
+    def observe_listing(
+        self,
+        dir_id: int,
+        lst: Listing,
+        idx: np.ndarray,
+        ts: np.ndarray,
+        count: bool,
+        out: Output,
+        change: str = "found_by_scan",
+    ) -> np.ndarray:
+        """:meth:`observe` in bulk for the entries ``idx`` of a listing (``ts``: the event
+        times) that are new names of inodes not tracked: what a baseline or a new
+        directory's scan finds.  Those are added to the tables at once (pending when
+        ``count``, else saved); the others (directories, names or inodes already known,
+        sparse-looking files, two names of one inode) are returned, in listing order, for
+        :meth:`observe`.  The counting is observe's: a new inode's measure is its size
+        (a symlink's too), 0 for other non-regular files."""
+        d = self.dirs.get(dir_id)
+        if d is None or not len(idx):
+            return idx
+        fmt = lst.mode[idx] & 0o170000  # S_IFMT
+        size = lst.size[idx]
+        allocated = lst.blocks[idx] * 512
+        reg = fmt == stat.S_IFREG
+        sparse = reg & (allocated * 2 < size) & (size - allocated >= SPARSE_SLACK)
+        keys = lst.keys[idx]
+        idents = lst.idents[idx]
+        ok = (fmt != stat.S_IFDIR) & ~sparse
+        ok &= self.names.find_many(keys) < 0
+        ok &= self.inodes.idents.find_many(idents) < 0
+        for col in (keys, idents):  # two names of one inode here; a 64-bit collision
+            _, inverse, counts = np.unique(col, return_inverse=True, return_counts=True)
+            ok &= counts[inverse] == 1
+        names = lst.names
+        if d.children:
+            children = d.children
+            ok &= np.fromiter((names[i] not in children for i in idx.tolist()), bool, len(idx))
+        if not ok.any():
+            return idx
+        fast = idx[ok]
+        m = np.where(reg[ok] | (fmt[ok] == stat.S_IFLNK), size[ok], 0)
+        dev, ino, mtime = lst.dev[fast], lst.ino[fast], lst.mtime[fast]
+        inodes = self.inodes
+        rows = inodes.add_many(
+            dev, ino, idents[ok], size[ok], m, 0 if count else m, mtime, PENDING if count else 0
+        )
+        self.names.put_many(keys[ok], (dir_id << 32) | rows, self.gen)
+        view(inodes.names, np.int32)[rows] = 1
+        if count:
+            pending = self.pending
+            fast_ts = ts[fast].tolist()
+            for row, i, t in zip(rows.tolist(), fast.tolist(), fast_ts, strict=True):
+                pending[row] = Pending(dir_id, names[i], t, t, change)
+            if self.settle <= 0:
+                self._count_pending_rows(rows.tolist(), out)
+        else:
+            ledger_rows(out.ledger, dev, ino, size[ok], m, mtime, np.ones(len(rows), np.int64))
+        return idx[~ok]
+
     def _save_row(self, row: int, out: Output) -> None:
         """The ledger row of a counted inode, as the table has it."""
         inodes = self.inodes
@@ -438,7 +550,7 @@ class FileState:
         inodes.remove(row)
         self.saved_names.pop(row, None)
 
-    def _reborn(self, row: int, path: bytes, st: os.stat_result) -> bool:
+    def _reborn(self, row: int, path: bytes, st: StatLike) -> bool:
         """Whether the file at ``path`` is a new file on inode ``row``'s number: changed, and
         born after the mtime last measured of the file that had it."""
         inodes = self.inodes
@@ -453,7 +565,7 @@ class FileState:
         dir_id: int,
         name: bytes,
         path: bytes,
-        st: os.stat_result,
+        st: StatLike,
         ts: float,
         count: bool,
         out: Output,
@@ -484,7 +596,7 @@ class FileState:
             self._save_row(row, out)
 
     def _observe_dir(
-        self, parent: Dir, name: bytes, st: os.stat_result, ts: float, count: bool, out: Output
+        self, parent: Dir, name: bytes, st: StatLike, ts: float, count: bool, out: Output
     ) -> int:
         cid = parent.children.get(name)
         if cid is not None:
@@ -514,7 +626,7 @@ class FileState:
         row: int,
         dir_id: int,
         name: bytes,
-        st: os.stat_result,
+        st: StatLike,
         ts: float,
         count: bool,
         out: Output,

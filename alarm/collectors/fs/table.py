@@ -114,6 +114,61 @@ class U64Map:
         if self.filled > MAX_LOAD * len(keys):
             self._rebuild(len(keys) * (2 if self.live > 0.35 * len(keys) else 1))
 
+    def find_many(self, keys: np.ndarray) -> np.ndarray:
+        """The index of each of ``keys`` (uint64), or -1: :meth:`index`, vectorised (every
+        round, the keys still looking move one on)."""
+        table = view(self.keys, np.uint64)
+        mask = self._mask
+        found = np.full(len(keys), -1, dtype=np.int64)
+        pos = (keys & np.uint64(mask)).astype(np.int64)
+        todo = np.arange(len(keys))
+        while len(todo):
+            at = pos[todo]
+            k = table[at]
+            hit = k == keys[todo]
+            found[todo[hit]] = at[hit]
+            todo = todo[~hit & (k != EMPTY)]
+            pos[todo] = (pos[todo] + 1) & mask
+        return found
+
+    def put_many(self, keys: np.ndarray, vals: np.ndarray, gen: int = 0) -> None:
+        """Insert ``keys`` (uint64), none of them in the map yet and no two equal, with
+        ``vals``: :meth:`put` in bulk (grown first, so no rebuild happens midway)."""
+        n = len(keys)
+        if not n:
+            return
+        cap = len(self.keys)
+        if self.filled + n > MAX_LOAD * cap:
+            while self.live + n > MAX_LOAD * cap / 2:
+                cap *= 2
+            self._rebuild(cap)
+        self._place(keys, np.asarray(vals, dtype=np.int64), np.full(n, gen, dtype=np.int32))
+        self.live += n
+        self.filled += n
+
+    def _place(self, keys: np.ndarray, vals: np.ndarray, gens: np.ndarray) -> None:
+        """Vectorised linear probing into EMPTY slots (a DELETED one is passed over, which a
+        lookup does too): every round, of the keys still looking, the first for each free
+        position takes it; the others move one on."""
+        mask = self._mask
+        tk, tv, tg = (
+            view(self.keys, np.uint64),
+            view(self.vals, np.int64),
+            view(self.gens, np.int32),
+        )
+        pos = (keys & np.uint64(mask)).astype(np.int64)
+        todo = np.arange(len(keys))
+        while len(todo):
+            uniq, first = np.unique(pos[todo], return_index=True)
+            win = todo[first[tk[uniq] == EMPTY]]
+            tk[pos[win]] = keys[win]
+            tv[pos[win]] = vals[win]
+            tg[pos[win]] = gens[win]
+            placed = np.zeros(len(keys), dtype=bool)
+            placed[win] = True
+            todo = todo[~placed[todo]]
+            pos[todo] = (pos[todo] + 1) & mask
+
     def pop(self, key: int) -> int:
         """Remove ``key``; returns its value or -1."""
         i = self.index(key)
@@ -138,27 +193,9 @@ class U64Map:
         self.keys = _zeros("Q", capacity)
         self.vals = _zeros("q", capacity)
         self.gens = _zeros("i", capacity)
-        self._mask = mask = capacity - 1
+        self._mask = capacity - 1
         self.live = self.filled = len(live)
-        tk, tv, tg = (
-            view(self.keys, np.uint64),
-            view(self.vals, np.int64),
-            view(self.gens, np.int32),
-        )
-        # Vectorised linear probing: every round, of the keys still looking, the first for
-        # each free position takes it; the others move one on.
-        pos = (keys & np.uint64(mask)).astype(np.int64)
-        todo = np.arange(len(keys))
-        while len(todo):
-            uniq, first = np.unique(pos[todo], return_index=True)
-            win = todo[first[tk[uniq] == EMPTY]]
-            tk[pos[win]] = keys[win]
-            tv[pos[win]] = vals[win]
-            tg[pos[win]] = gens[win]
-            placed = np.zeros(len(keys), dtype=bool)
-            placed[win] = True
-            todo = todo[~placed[todo]]
-            pos[todo] = (pos[todo] + 1) & mask
+        self._place(keys, vals, gens)
 
 
 # InodeTable flags
@@ -240,6 +277,47 @@ class InodeTable:
         self.idents.put(key64((dev, ino)), row)
         self.live += 1
         return row
+
+    def add_many(
+        self,
+        dev: np.ndarray,
+        ino: np.ndarray,
+        idents: np.ndarray,
+        size: np.ndarray,
+        measure: np.ndarray,
+        counted: np.ndarray,
+        mtime: np.ndarray,
+        flags: int,
+    ) -> np.ndarray:
+        """:meth:`add` in bulk for inodes not in the table, ``idents`` their keys
+        (key64((dev, ino)), no two equal); returns their rows."""
+        n = len(dev)
+        reuse = min(n, len(self.free))
+        rows = np.empty(n, dtype=np.int64)
+        if reuse:
+            rows[:reuse] = np.frombuffer(self.free, dtype=np.int64)[len(self.free) - reuse :][::-1]
+            del self.free[len(self.free) - reuse :]
+        fresh = n - reuse
+        if self.top + fresh > len(self.dev):
+            cap = len(self.dev)
+            while self.top + fresh > cap:
+                cap *= 2
+            for name, _ in self.COLUMNS:
+                setattr(self, name, _grown(getattr(self, name), cap))
+        rows[reuse:] = np.arange(self.top, self.top + fresh)
+        self.top += fresh
+        view(self.dev, np.int64)[rows] = dev
+        view(self.ino, np.uint64)[rows] = ino
+        view(self.size, np.int64)[rows] = size
+        view(self.measure, np.int64)[rows] = measure
+        view(self.counted, np.int64)[rows] = counted
+        view(self.mtime, np.int64)[rows] = mtime
+        view(self.names, np.int32)[rows] = 0
+        view(self.flags, np.uint8)[rows] = flags
+        view(self.used, np.uint8)[rows] = 1
+        self.idents.put_many(idents, rows)
+        self.live += n
+        return rows
 
     def remove(self, row: int) -> None:
         if not self.used[row]:

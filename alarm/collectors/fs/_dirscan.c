@@ -1,0 +1,251 @@
+/* Native directory listing for the fs source's scans (alarm/collectors/fs/dirscan.py).
+ *
+ * list_dir(fd, dir_id, max_entries) reads the directory open on `fd` with getdents64(2)
+ * (continuing where the last call on that descriptor stopped) and looks at each entry with
+ * fstatat(fd, name, AT_SYMLINK_NOFOLLOW) -- what os.scandir + DirEntry.stat(follow_symlinks=
+ * False) does, without a DirEntry and a stat_result per entry.  It reads whole getdents
+ * buffers until it holds at least `max_entries` entries or the directory is done, and returns
+ *
+ *     (names, keys, dev, ino, mode, nlink, size, blocks, mtime_ns, ctime_ns, err, idents,
+ *      done)
+ *
+ * names: a list of bytes ("." and ".." left out); keys: the names-map key of each entry,
+ * table.key64((dir_id, name)) computed with the interpreter's own hash (so Python and C
+ * agree in every process, salted or not); idents: table.key64((dev, ino)), the inode map's
+ * key (0 where err); the other columns: bytes of int64 (ino: uint64),
+ * one item per entry; err: 0, or the errno of the entry's fstatat (its other columns 0);
+ * done: the directory has no more entries.  The system calls run without the GIL.
+ *
+ * ledger_rows(target, dev, ino, size, counted, mtime, names) sets, in the dict `target`,
+ * "f:<dev>:<ino>" -> "[size,counted,mtime]" (or "[size,counted,mtime,names]" when names > 1)
+ * for each item of the int64 columns given as buffers: ledger.py's ledger_value, in bulk.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define BUF_BYTES (64 * 1024)
+
+struct linux_dirent64 {
+    uint64_t d_ino;
+    int64_t d_off;
+    unsigned short d_reclen;
+    unsigned char d_type;
+    char d_name[];
+};
+
+typedef struct {
+    int64_t dev, mode, nlink, size, blocks, mtime, ctime, err;
+    uint64_t ino;
+    const char *name;
+    size_t len;
+} row;
+
+typedef struct {
+    char *data;
+    size_t len, cap;
+} growbuf;
+
+static int gb_put(growbuf *b, const void *p, size_t n) {
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 4096;
+        while (cap < b->len + n) cap *= 2;
+        char *d = realloc(b->data, cap);
+        if (d == NULL) return -1;
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+static uint64_t key64(Py_hash_t h) {
+    uint64_t k = (uint64_t)h;
+    return k > 1 ? k : k + 2; /* never EMPTY (0) or DELETED (1): table.py */
+}
+
+static PyObject *list_dir(PyObject *self, PyObject *args) {
+    int fd;
+    long long dir_id;
+    Py_ssize_t max_entries;
+    if (!PyArg_ParseTuple(args, "iLn", &fd, &dir_id, &max_entries)) return NULL;
+    PyObject *names = PyList_New(0);
+    PyObject *did = PyLong_FromLongLong(dir_id);
+    char *buf = malloc(BUF_BYTES);
+    row *rows = malloc(sizeof(row) * (BUF_BYTES / 20 + 1));
+    growbuf cols[11] = {{0}};
+    PyObject *result = NULL;
+    int done = 0;
+    Py_ssize_t total = 0;
+    if (names == NULL || did == NULL || buf == NULL || rows == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    while (total < max_entries && !done) {
+        long got;
+        size_t n = 0;
+        int err = 0;
+        Py_BEGIN_ALLOW_THREADS
+        got = syscall(SYS_getdents64, fd, buf, BUF_BYTES);
+        if (got < 0) {
+            err = errno;
+        } else {
+            for (long off = 0; off < got;) {
+                struct linux_dirent64 *e = (struct linux_dirent64 *)(buf + off);
+                off += e->d_reclen;
+                const char *nm = e->d_name;
+                if (nm[0] == '.' && (nm[1] == 0 || (nm[1] == '.' && nm[2] == 0))) continue;
+                row *r = &rows[n++];
+                memset(r, 0, sizeof(*r));
+                r->name = nm;
+                r->len = strlen(nm);
+                struct stat st;
+                if (fstatat(fd, nm, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+                    r->err = errno;
+                    continue;
+                }
+                r->dev = (int64_t)st.st_dev;
+                r->ino = (uint64_t)st.st_ino;
+                r->mode = st.st_mode;
+                r->nlink = (int64_t)st.st_nlink;
+                r->size = (int64_t)st.st_size;
+                r->blocks = (int64_t)st.st_blocks;
+                r->mtime = (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+                r->ctime = (int64_t)st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec;
+            }
+        }
+        Py_END_ALLOW_THREADS
+        if (got < 0) {
+            errno = err;
+            PyErr_SetFromErrno(PyExc_OSError);
+            goto out;
+        }
+        if (got == 0) done = 1;
+        for (size_t i = 0; i < n; i++) {
+            row *r = &rows[i];
+            PyObject *name = PyBytes_FromStringAndSize(r->name, (Py_ssize_t)r->len);
+            if (name == NULL) goto out;
+            PyObject *pair = PyTuple_Pack(2, did, name);
+            Py_hash_t h = pair == NULL ? -1 : PyObject_Hash(pair);
+            Py_XDECREF(pair);
+            if (h == -1 || PyList_Append(names, name) < 0) {
+                Py_DECREF(name);
+                goto out;
+            }
+            Py_DECREF(name);
+            uint64_t k = key64(h), ident = 0;
+            if (!r->err) {
+                PyObject *d = PyLong_FromLongLong(r->dev);
+                PyObject *i = PyLong_FromUnsignedLongLong(r->ino);
+                PyObject *di = (d && i) ? PyTuple_Pack(2, d, i) : NULL;
+                Py_XDECREF(d);
+                Py_XDECREF(i);
+                Py_hash_t hi = di == NULL ? -1 : PyObject_Hash(di);
+                Py_XDECREF(di);
+                if (hi == -1) goto out;
+                ident = key64(hi);
+            }
+            if (gb_put(&cols[0], &k, 8) || gb_put(&cols[1], &r->dev, 8) ||
+                gb_put(&cols[2], &r->ino, 8) || gb_put(&cols[3], &r->mode, 8) ||
+                gb_put(&cols[4], &r->nlink, 8) || gb_put(&cols[5], &r->size, 8) ||
+                gb_put(&cols[6], &r->blocks, 8) || gb_put(&cols[7], &r->mtime, 8) ||
+                gb_put(&cols[8], &r->ctime, 8) || gb_put(&cols[9], &r->err, 8) ||
+                gb_put(&cols[10], &ident, 8)) {
+                PyErr_NoMemory();
+                goto out;
+            }
+        }
+        total += (Py_ssize_t)n;
+    }
+    result = PyTuple_New(13);
+    if (result == NULL) goto out;
+    Py_INCREF(names);
+    PyTuple_SET_ITEM(result, 0, names);
+    for (int c = 0; c < 11; c++) {
+        PyObject *b = PyBytes_FromStringAndSize(cols[c].data ? cols[c].data : "", cols[c].len);
+        if (b == NULL) {
+            Py_CLEAR(result);
+            goto out;
+        }
+        PyTuple_SET_ITEM(result, 1 + c, b);
+    }
+    PyTuple_SET_ITEM(result, 12, PyBool_FromLong(done));
+out:
+    for (int c = 0; c < 11; c++) free(cols[c].data);
+    free(buf);
+    free(rows);
+    Py_XDECREF(did);
+    Py_XDECREF(names);
+    return result;
+}
+
+static int column(PyObject *obj, Py_buffer *view, Py_ssize_t *n, const char *what) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0) return -1;
+    if (view->len % 8 != 0 || (*n >= 0 && view->len / 8 != *n)) {
+        PyErr_Format(PyExc_ValueError, "ledger_rows: %s is not a column of the same length", what);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    *n = view->len / 8;
+    return 0;
+}
+
+static PyObject *ledger_rows(PyObject *self, PyObject *args) {
+    PyObject *target, *objs[6];
+    if (!PyArg_ParseTuple(args, "O!OOOOOO", &PyDict_Type, &target, &objs[0], &objs[1], &objs[2],
+                          &objs[3], &objs[4], &objs[5]))
+        return NULL;
+    static const char *what[6] = {"dev", "ino", "size", "counted", "mtime", "names"};
+    Py_buffer views[6];
+    int got = 0;
+    Py_ssize_t n = -1;
+    PyObject *ret = NULL;
+    for (; got < 6; got++)
+        if (column(objs[got], &views[got], &n, what[got]) < 0) goto out;
+    const int64_t *dev = views[0].buf, *size = views[2].buf, *counted = views[3].buf,
+                  *mtime = views[4].buf, *nm = views[5].buf;
+    const uint64_t *ino = views[1].buf;
+    char kb[64], vb[128];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int kl = snprintf(kb, sizeof kb, "f:%lld:%llu", (long long)dev[i], (unsigned long long)ino[i]);
+        int vl = nm[i] > 1 ? snprintf(vb, sizeof vb, "[%lld,%lld,%lld,%lld]", (long long)size[i],
+                                      (long long)counted[i], (long long)mtime[i], (long long)nm[i])
+                           : snprintf(vb, sizeof vb, "[%lld,%lld,%lld]", (long long)size[i],
+                                      (long long)counted[i], (long long)mtime[i]);
+        PyObject *k = PyUnicode_FromStringAndSize(kb, kl);
+        PyObject *v = PyUnicode_FromStringAndSize(vb, vl);
+        int bad = k == NULL || v == NULL || PyDict_SetItem(target, k, v) < 0;
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        if (bad) goto out;
+    }
+    ret = Py_NewRef(Py_None);
+out:
+    for (int c = 0; c < got; c++) PyBuffer_Release(&views[c]);
+    return ret;
+}
+
+static PyMethodDef methods[] = {
+    {"list_dir", list_dir, METH_VARARGS,
+     "list_dir(fd, dir_id, max_entries) -> (names, keys, dev, ino, mode, nlink, size, blocks, "
+     "mtime_ns, ctime_ns, err, idents, done)"},
+    {"ledger_rows", ledger_rows, METH_VARARGS,
+     "ledger_rows(target, dev, ino, size, counted, mtime, names): ledger rows into target"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "alarm.collectors.fs._dirscan",
+                                    "Native directory listing for the fs source (dirscan.py).",
+                                    -1, methods};
+
+PyMODINIT_FUNC PyInit__dirscan(void) { return PyModule_Create(&module); }

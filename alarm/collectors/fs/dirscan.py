@@ -1,0 +1,135 @@
+"""A directory listed as columns: the native scan of the fs source (``_dirscan.c``).
+
+``os.scandir`` + ``DirEntry.stat`` makes a ``DirEntry`` and a ``stat_result`` per entry and
+looks at it by its full path; :func:`list_dir` reads the directory with getdents64(2) and
+looks at each entry with ``fstatat(dirfd, name, AT_SYMLINK_NOFOLLOW)`` in C, without the
+GIL, and hands back one :class:`Listing` of columns (numpy arrays) and the names as bytes,
+with each name's key in the names map and each inode's key in the inode map already
+computed (table.key64, with the interpreter's own hash).  scan.py adds the entries that are
+new names of new inodes to the tables in bulk (state.py, ``observe_listing``) and looks at
+the rest one by one as before.
+
+Where the extension was not built (no C compiler at install), :func:`available` is False and
+scan.py lists with ``os.scandir`` and observes entry by entry: the same counts, slower.
+
+:func:`ledger_rows` writes ledger rows (ledger.py) for columns of inodes, in C where it can.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from alarm.collectors.fs.ledger import ledger_value
+
+try:  # the native lister (alarm/collectors/fs/_dirscan.c), built by pip where a compiler is
+    from alarm.collectors.fs import _dirscan as _native
+except ImportError:  # pragma: no cover - exercised where the extension was not built
+    _native = None
+
+OPEN_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass(slots=True)
+class EntryStat:
+    """What ``lstat`` says of one listed entry (the attributes state.py reads)."""
+
+    st_mode: int
+    st_dev: int
+    st_ino: int
+    st_nlink: int
+    st_size: int
+    st_blocks: int
+    st_mtime_ns: int
+    st_ctime: float
+
+
+@dataclass(slots=True)
+class Listing:
+    """Entries of one directory (a part of it, in order): names and their lstat columns.
+    ``err`` is 0, or the errno of the entry's lstat (then its other columns are 0)."""
+
+    names: list[bytes]
+    keys: np.ndarray  # uint64: table.key64((dir_id, name))
+    dev: np.ndarray
+    ino: np.ndarray  # uint64
+    mode: np.ndarray
+    nlink: np.ndarray
+    size: np.ndarray
+    blocks: np.ndarray
+    mtime: np.ndarray  # ns
+    ctime: np.ndarray  # ns
+    err: np.ndarray
+    idents: np.ndarray  # uint64: table.key64((dev, ino)); 0 where err
+    done: bool  # the directory has no more entries
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def stat(self, i: int) -> EntryStat:
+        return EntryStat(
+            int(self.mode[i]),
+            int(self.dev[i]),
+            int(self.ino[i]),
+            int(self.nlink[i]),
+            int(self.size[i]),
+            int(self.blocks[i]),
+            int(self.mtime[i]),
+            int(self.ctime[i]) / 1e9,
+        )
+
+
+def available() -> bool:
+    """Whether the native lister was built (else scans use ``os.scandir``)."""
+    return _native is not None
+
+
+def open_dir(path: bytes) -> int:
+    """A descriptor to list ``path`` with (never through a symlink: ELOOP)."""
+    return os.open(path, OPEN_FLAGS)
+
+
+def list_dir(fd: int, dir_id: int, max_entries: int) -> Listing:
+    """At least ``max_entries`` entries more of the directory open on ``fd`` (fewer when it
+    ends; up to one getdents buffer more).  Needs :func:`available`; OSError from getdents64."""
+    assert _native is not None
+    names, *cols, done = _native.list_dir(fd, dir_id, max(1, max_entries))
+    keys, dev, ino, mode, nlink, size, blocks, mtime, ctime, err, idents = cols
+    i8 = np.int64
+    return Listing(
+        names,
+        np.frombuffer(keys, np.uint64),
+        np.frombuffer(dev, i8),
+        np.frombuffer(ino, np.uint64),
+        np.frombuffer(mode, i8),
+        np.frombuffer(nlink, i8),
+        np.frombuffer(size, i8),
+        np.frombuffer(blocks, i8),
+        np.frombuffer(mtime, i8),
+        np.frombuffer(ctime, i8),
+        np.frombuffer(err, i8),
+        np.frombuffer(idents, np.uint64),
+        bool(done),
+    )
+
+
+def ledger_rows(
+    target: dict[str, str | None],
+    dev: np.ndarray,
+    ino: np.ndarray,
+    size: np.ndarray,
+    counted: np.ndarray,
+    mtime: np.ndarray,
+    names: np.ndarray,
+) -> None:
+    """``f:<dev>:<ino>`` -> ledger.ledger_value(...) into ``target``, for columns of inodes."""
+    cols = [np.ascontiguousarray(c, dtype=np.int64) for c in (dev, size, counted, mtime, names)]
+    inos = np.ascontiguousarray(ino, dtype=np.uint64)
+    if _native is not None:
+        _native.ledger_rows(target, cols[0], inos, *cols[1:])
+        return
+    rows = zip(cols[0].tolist(), inos.tolist(), *(x.tolist() for x in cols[1:]), strict=True)
+    for d, i, s, c, m, n in rows:
+        target[f"f:{d}:{i}"] = ledger_value(s, c, m, n)

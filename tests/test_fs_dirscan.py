@@ -1,0 +1,147 @@
+"""The fs source's native directory listing (alarm/collectors/fs/_dirscan.c, dirscan.py) and
+its bulk insert (state.py ``observe_listing``) count exactly what ``os.scandir`` and
+``observe`` entry by entry count: the same ledger at a first start, the same bytes per path
+for new directories full of files, hard links, symlinks, FIFOs, sparse files and names that
+are not UTF-8, and in poll mode (where every change is found by a scan)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from alarm.collectors.fs import dirscan
+from alarm.collectors.fs.table import key64
+from tests.test_fs_kit import Recorder, collector, quiesce, running, settings, write
+
+needs_native = pytest.mark.skipif(
+    not dirscan.available(), reason="the _dirscan extension was not built (no C compiler)"
+)
+
+LISTINGS = ["native", "scandir"]
+
+
+@pytest.fixture(params=LISTINGS)
+def listing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "native" and not dirscan.available():
+        pytest.skip("the _dirscan extension was not built (no C compiler)")
+    if request.param == "scandir":
+        monkeypatch.setattr(dirscan, "_native", None)
+    return request.param
+
+
+def fill(d: Path, tag: str) -> int:
+    """Files of every kind a scan meets in ``d``; returns the bytes a new tree of them
+    counts (a hard link's second name adds nothing, a sparse file counts its data)."""
+    d.mkdir(parents=True)
+    total = 0
+    for i in range(300):
+        write(d / f"{tag}{i}", os.urandom(i * 7 % 5000))
+        total += i * 7 % 5000
+    os.link(d / f"{tag}1", d / f"{tag}1.link")
+    os.symlink(f"../{tag}-target-name", d / f"{tag}.sym")
+    total += len(f"../{tag}-target-name")
+    os.mkfifo(d / f"{tag}.fifo")
+    with open(d / f"{tag}.sparse", "wb") as f:
+        f.seek(8 << 20)
+        f.write(b"end" * 1000)
+    total += 3000  # its data, not its 8 MiB of holes
+    write(os.fsencode(d) + b"/" + tag.encode() + b"\xff\xfe.bin", b"n" * 123)
+    total += 123
+    (d / f"{tag}sub").mkdir()
+    write(d / f"{tag}sub" / "inner", b"i" * 777)
+    return total + 777
+
+
+@needs_native
+def test_a_native_listing_is_what_lstat_says(tmp_path: Path) -> None:
+    d = tmp_path / "d"
+    fill(d, "x")
+    fd = dirscan.open_dir(os.fsencode(d))
+    try:
+        parts = []
+        while True:
+            lst = dirscan.list_dir(fd, 42, 100)
+            parts.append(lst)
+            if lst.done:
+                break
+    finally:
+        os.close(fd)
+    assert len(parts) > 1, "a listing is read in parts, each continuing the last"
+    seen = {}
+    for lst in parts:
+        assert not lst.err.any()
+        for i, name in enumerate(lst.names):
+            st = os.lstat(os.fsencode(d) + b"/" + name)
+            got = lst.stat(i)
+            assert (got.st_dev, got.st_ino, got.st_mode, got.st_nlink) == (
+                st.st_dev,
+                st.st_ino,
+                st.st_mode,
+                st.st_nlink,
+            )
+            assert (got.st_size, got.st_blocks, got.st_mtime_ns) == (
+                st.st_size,
+                st.st_blocks,
+                st.st_mtime_ns,
+            )
+            assert int(lst.keys[i]) == key64((42, name))
+            assert int(lst.idents[i]) == key64((st.st_dev, st.st_ino))
+            seen[name] = stat.S_IFMT(st.st_mode)
+    assert sorted(seen) == sorted(os.listdir(os.fsencode(d)))
+
+
+def test_ledger_rows_in_bulk_are_ledger_values() -> None:
+    from alarm.collectors.fs.ledger import ledger_value
+
+    cols = [np.array(c, dtype=np.int64) for c in ([5, 5], [1, 2], [10, 0], [10, 0], [7, 8], [1, 3])]
+    got: dict[str, str | None] = {}
+    dirscan.ledger_rows(got, *cols)
+    assert got == {"f:5:1": ledger_value(10, 10, 7), "f:5:2": ledger_value(0, 0, 8, 3)}
+
+
+async def test_both_listings_count_the_same(listing: str, tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    fill(tree / "old", "o")  # the starting state
+    rec = Recorder()
+    c = collector(settings([str(tree)], mode="inotify", settle=0.1), rec)
+    async with running(c, rec):
+        await quiesce(c)
+        assert rec.events == [], "what is there at first start must not count"
+        files = {p for p in rec.ledger if p.startswith("f:") and rec.ledger[p] is not None}
+        expect = set()
+        for root, _dirs, fnames in os.walk(os.fsencode(tree)):
+            for n in fnames:
+                st = os.lstat(os.path.join(root, n))
+                expect.add(f"f:{st.st_dev}:{st.st_ino}")
+        assert files == expect
+        written = fill(tree / "new" / "deeper", "n")  # found by the new directories' scans
+        await quiesce(c)
+    assert rec.bytes_under(str(tree / "new")) == written
+    assert rec.counts["hard_links"] == 1
+    assert rec.by_path()[str(tree / "new" / "deeper" / "n.sparse")] == 3000
+    assert rec.by_path()[str(tree / "new" / "deeper" / "nsub" / "inner")] == 777
+
+
+async def test_both_listings_count_the_same_in_poll_mode(listing: str, tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    write(tree / "grows", b"g" * 100)
+    rec = Recorder()
+    c = collector(settings([str(tree)], mode="poll", poll_interval=0.1, settle=0.1), rec)
+    async with running(c, rec):
+        await quiesce(c)
+        written = fill(tree / "new", "p")
+        write(tree / "grows", b"g" * 50, "ab")
+        await quiesce(c)
+        assert rec.bytes_under(str(tree / "new")) == written
+        assert rec.by_path()[str(tree / "grows")] == 50
+        os.unlink(tree / "new" / "p7")
+        write(tree / "new" / "p8", b"r" * 10, "r+b")  # a rewrite in place, same size
+        await quiesce(c)
+    assert rec.bytes_under(str(tree)) == written + 50
+    assert rec.counts["rewrites"] >= 1
