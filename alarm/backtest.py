@@ -101,11 +101,19 @@ def read_range(path: str, start: int, end: int) -> bytes:
 
 
 def scan_kernel_range(
-    path: str, start: int, end: int, fmt: str, prefixes: tuple[str, ...], tick: float, year: int
+    path: str,
+    start: int,
+    end: int,
+    fmt: str,
+    prefixes: tuple[str, ...],
+    tick: float,
+    year: int,
+    locate_errors: int = 0,
 ) -> Chunk:
-    """Worker: the fence records of one byte range of a kernel log, summed per flow and tick."""
+    """Worker: the fence records of one byte range of a kernel log, summed per flow and tick
+    (and where its first ``locate_errors`` parse errors are, where that is cheap)."""
     data = read_range(path, start, end)
-    scan = scan_flows(data, fmt, prefixes, tick, year, locate_errors=PARSE_ERRORS_SHOWN)
+    scan = scan_flows(data, fmt, prefixes, tick, year, locate_errors=locate_errors)
     return Chunk(
         lines=scan.lines,
         parse_errors=scan.parse_errors,
@@ -327,16 +335,30 @@ class Replay:
         self.watermark = -math.inf
 
     def chunks(
-        self, config: Config, prefixes: tuple[str, ...], year: int
+        self,
+        config: Config,
+        prefixes: tuple[str, ...],
+        year: int,
+        errors_wanted: Callable[[], int] = lambda: 0,
     ) -> Iterator[tuple[int, int, Chunk]]:
-        """(start, end, chunk) of each byte range, in order."""
+        """(start, end, chunk) of each byte range, in order.  ``errors_wanted``: how many
+        parse errors the summary still lists, when a range is handed to a worker (once it
+        lists enough, workers no longer look for them)."""
         size = Path(self.path).stat().st_size
         parts = list(_ranges(size, self.ahead))
         pending: deque[tuple[int, int, Future[Chunk]]] = deque()
         for start, end in parts:
             if self.fmt in KERNEL_FORMATS:
                 fut = self.pool.submit(
-                    scan_kernel_range, self.path, start, end, self.fmt, prefixes, config.tick, year
+                    scan_kernel_range,
+                    self.path,
+                    start,
+                    end,
+                    self.fmt,
+                    prefixes,
+                    config.tick,
+                    year,
+                    errors_wanted(),
                 )
             else:
                 fut = self.pool.submit(_parse_events_range, self.path, start, end)
@@ -522,6 +544,10 @@ def run_backtest(
     last_end = -math.inf
     sizes = [Path(path).stat().st_size for path in inputs]
     progress = Progress(progress_stream, sum(sizes), progress_every)
+
+    def errors_wanted() -> int:
+        return PARSE_ERRORS_SHOWN - len(summary.parse_error_lines)
+
     with ProcessPoolExecutor(workers) as pool:
         replays = [
             Replay(name, path, fmt, pool, ahead=max(2, workers))
@@ -535,7 +561,7 @@ def run_backtest(
             file = {"path": replay.path, "format": replay.fmt, "lines": 0, "handed_back": 0}
             native_chunks = slow_chunks = 0
             errors_of = _errors_counter(replay.fmt, prefixes, tick, year)
-            for start, end, chunk in replay.chunks(config, prefixes, year):
+            for start, end, chunk in replay.chunks(config, prefixes, year, errors_wanted):
                 if chunk.parse_errors and len(summary.parse_error_lines) < PARSE_ERRORS_SHOWN:
                     want = PARSE_ERRORS_SHOWN - len(summary.parse_error_lines)
                     located = chunk.scan.error_lines if chunk.scan is not None else None
