@@ -145,3 +145,34 @@ async def test_both_listings_count_the_same_in_poll_mode(listing: str, tmp_path:
         await quiesce(c)
     assert rec.bytes_under(str(tree)) == written + 50
     assert rec.counts["rewrites"] >= 1
+
+
+def test_bulk_map_operations_are_the_one_by_one_ones(listing: str) -> None:
+    """U64Map.put_many / find_many (in C, or numpy without the extension) against put /
+    index, through growth, tombstones and probe chains that wrap around the table."""
+    from alarm.collectors.fs.table import U64Map
+
+    rng = np.random.default_rng(7)
+    bulk, single = U64Map(16), U64Map(16)
+    live: dict[int, int] = {}
+    for round_ in range(30):
+        keys = np.unique(rng.integers(2, 1 << 63, 200, dtype=np.uint64))
+        keys = keys[bulk.find_many(keys) < 0]
+        vals = np.arange(len(keys), dtype=np.int64) + round_ * 1000
+        bulk.put_many(keys, vals, gen=round_)
+        for k, v in zip(keys.tolist(), vals.tolist(), strict=True):
+            single.put(k, v, round_)
+            live[k] = v
+        for k in list(live)[:: 7 + round_ % 3]:  # tombstones
+            assert bulk.pop(k) == single.pop(k) == live.pop(k)
+        probe = np.array(
+            [*live, *rng.integers(2, 1 << 63, 50, dtype=np.uint64).tolist()], np.uint64
+        )
+        found = bulk.find_many(probe)
+        assert [bulk.vals[i] if i >= 0 else -1 for i in found.tolist()] == [
+            single.get(k) for k in probe.tolist()
+        ]
+        assert [bulk.gens[i] for i in found.tolist() if i >= 0] == [
+            single.gens[single.index(k)] for k in probe.tolist() if single.index(k) >= 0
+        ]
+    assert len(bulk) == len(single) == len(live)

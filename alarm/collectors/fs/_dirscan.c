@@ -16,6 +16,12 @@
  * one item per entry; err: 0, or the errno of the entry's fstatat (its other columns 0);
  * done: the directory has no more entries.  The system calls run without the GIL.
  *
+ * probe(table, keys) -> bytes of int64: the slot of each key (uint64) in the open-addressing
+ * table (table.py U64Map.keys, a power of two long; 0 is EMPTY) or -1, probing linearly.
+ * place(table, vals, gens, keys, new_vals, new_gens): each key (none in the table yet) into
+ * the first EMPTY slot of its probe, with its value (int64) and generation (int32).  The
+ * caller makes room first.
+ *
  * ledger_rows(target, dev, ino, size, counted, mtime, names) sets, in the dict `target`,
  * "f:<dev>:<ino>" -> "[size,counted,mtime]" (or "[size,counted,mtime,names]" when names > 1)
  * for each item of the int64 columns given as buffers: ledger.py's ledger_value, in bulk.
@@ -235,10 +241,81 @@ out:
     return ret;
 }
 
+static PyObject *probe(PyObject *self, PyObject *args) {
+    Py_buffer table, keys;
+    if (!PyArg_ParseTuple(args, "y*y*", &table, &keys)) return NULL;
+    PyObject *ret = NULL;
+    Py_ssize_t cap = table.len / 8, n = keys.len / 8;
+    if (cap == 0 || (cap & (cap - 1)) != 0) {
+        PyErr_SetString(PyExc_ValueError, "probe: the table is not a power of two long");
+        goto out;
+    }
+    ret = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (ret == NULL) goto out;
+    const uint64_t *t = table.buf, *k = keys.buf, mask = (uint64_t)cap - 1;
+    int64_t *found = (int64_t *)PyBytes_AS_STRING(ret);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t at = k[i] & mask;
+        found[i] = -1;
+        for (Py_ssize_t step = 0; step < cap; step++, at = (at + 1) & mask) {
+            if (t[at] == k[i]) {
+                found[i] = (int64_t)at;
+                break;
+            }
+            if (t[at] == 0) break;
+        }
+    }
+out:
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&keys);
+    return ret;
+}
+
+static PyObject *place(PyObject *self, PyObject *args) {
+    Py_buffer table, vals, gens, keys, nv, ng;
+    if (!PyArg_ParseTuple(args, "w*w*w*y*y*y*", &table, &vals, &gens, &keys, &nv, &ng)) return NULL;
+    PyObject *ret = NULL;
+    Py_ssize_t cap = table.len / 8, n = keys.len / 8;
+    if (cap == 0 || (cap & (cap - 1)) != 0 || vals.len != cap * 8 || gens.len != cap * 4 ||
+        nv.len != n * 8 || ng.len != n * 4) {
+        PyErr_SetString(PyExc_ValueError, "place: columns of the wrong size");
+        goto out;
+    }
+    uint64_t *t = table.buf, mask = (uint64_t)cap - 1;
+    int64_t *v = vals.buf;
+    int32_t *g = gens.buf;
+    const uint64_t *k = keys.buf;
+    const int64_t *add = nv.buf;
+    const int32_t *addg = ng.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t at = k[i] & mask;
+        Py_ssize_t step = 0;
+        while (t[at] != 0 && step++ < cap) at = (at + 1) & mask;
+        if (t[at] != 0) {
+            PyErr_SetString(PyExc_ValueError, "place: the table is full");
+            goto out;
+        }
+        t[at] = k[i];
+        v[at] = add[i];
+        g[at] = addg[i];
+    }
+    ret = Py_NewRef(Py_None);
+out:
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&vals);
+    PyBuffer_Release(&gens);
+    PyBuffer_Release(&keys);
+    PyBuffer_Release(&nv);
+    PyBuffer_Release(&ng);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"list_dir", list_dir, METH_VARARGS,
      "list_dir(fd, dir_id, max_entries) -> (names, keys, dev, ino, mode, nlink, size, blocks, "
      "mtime_ns, ctime_ns, err, idents, done)"},
+    {"probe", probe, METH_VARARGS, "probe(table, keys) -> slots (int64 bytes, -1: absent)"},
+    {"place", place, METH_VARARGS, "place(table, vals, gens, keys, new_vals, new_gens)"},
     {"ledger_rows", ledger_rows, METH_VARARGS,
      "ledger_rows(target, dev, ino, size, counted, mtime, names): ledger rows into target"},
     {NULL, NULL, 0, NULL},

@@ -115,6 +115,37 @@ def list_dir(fd: int, dir_id: int, max_entries: int) -> Listing:
     )
 
 
+def probe(table: object, keys: np.ndarray) -> np.ndarray | None:
+    """The slot of each of ``keys`` in an open-addressing table (table.py), -1 where absent;
+    None without the extension (the caller probes with numpy)."""
+    if _native is None:
+        return None
+    return np.frombuffer(_native.probe(table, np.ascontiguousarray(keys, np.uint64)), np.int64)
+
+
+def place(
+    table: object,
+    vals: object,
+    gens: object,
+    keys: np.ndarray,
+    new: np.ndarray,
+    new_gens: np.ndarray,
+) -> bool:
+    """Insert ``keys`` (none in the table) with values and generations, in C; False without
+    the extension (the caller places with numpy)."""
+    if _native is None:
+        return False
+    _native.place(
+        table,
+        vals,
+        gens,
+        np.ascontiguousarray(keys, np.uint64),
+        np.ascontiguousarray(new, np.int64),
+        np.ascontiguousarray(new_gens, np.int32),
+    )
+    return True
+
+
 def ledger_rows(
     target: dict[str, str | None],
     dev: np.ndarray,

@@ -25,6 +25,8 @@ from array import array
 
 import numpy as np
 
+from alarm.collectors.fs import dirscan
+
 EMPTY = 0
 DELETED = 1
 MASK64 = (1 << 64) - 1
@@ -149,7 +151,9 @@ class U64Map:
     def _place(self, keys: np.ndarray, vals: np.ndarray, gens: np.ndarray) -> None:
         """Vectorised linear probing into EMPTY slots (a DELETED one is passed over, which a
         lookup does too): every round, of the keys still looking, the first for each free
-        position takes it; the others move one on."""
+        position takes it; the others move one on.  In C where it was built."""
+        if dirscan.place(self.keys, self.vals, self.gens, keys, vals, gens):
+            return
         mask = self._mask
         tk, tv, tg = (
             view(self.keys, np.uint64),
