@@ -155,7 +155,7 @@ class BeaconRule(Strict):
 
 class DutyRule(Strict):
     """Rule ``duty``: the surface is written in far more ticks than it ever is
-    (alarm/detector/duty.py).  Its count of written ticks, decayed with time constant
+    (alarm/detector/rules/duty.py).  Its count of written ticks, decayed with time constant
     ``window``, fires at ``ratio`` x the highest count of its last week's days plus ``margin``
     written ticks, and resolves after ``resolve_hold`` below half of that.  A surface that
     writes a few times an hour and then in every tick (a drip in small lumps) is seen in a

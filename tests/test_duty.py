@@ -1,4 +1,4 @@
-"""The duty rule (alarm/detector/duty.py): a quiet surface written in every tick pages in
+"""The duty rule (alarm/detector/rules/duty.py): a quiet surface written in every tick pages in
 minutes, through the detector a service runs; its ordinary strays never do; a cache written in
 a third of its ticks, with warm-ups, pages on a leak that writes without a pause for far
 longer than any warm-up, and never on its warm-ups; a restart keeps what it learned."""

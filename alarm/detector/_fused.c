@@ -631,6 +631,67 @@ static PyObject *beacon_step(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(hits);
 }
 
+/* The duty rule's tick, its one definition (alarm/detector/rules/duty.py holds its state and
+ * the bookkeeping of days and gaps): per row, the count of written ticks decays by ``decay``
+ * and counts the tick; the run of ticks written without a pause grows or breaks; the day's
+ * highest of each is kept; breach where the rule is on and either passes its threshold, clear
+ * where both are below ``clear_fraction`` of theirs. */
+static void duty_loop(Py_ssize_t n, const double *restrict decay, const double *restrict b,
+                      const uint8_t *restrict enabled, double *restrict count,
+                      double *restrict today, double *restrict run, double *restrict run_today,
+                      double *restrict history, double *restrict run_history,
+                      const double *restrict thr, const double *restrict run_thr, double tick,
+                      double cf, uint8_t *restrict breach, uint8_t *restrict clear,
+                      Py_ssize_t *breached, Py_ssize_t *not_clear) {
+    Py_ssize_t nb = 0, nc = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const double written = (double)(b[i] > 0);
+        count[i] = count[i] * decay[i] + written;
+        today[i] = today[i] > count[i] ? today[i] : count[i];
+        run[i] = (run[i] + 1.0) * written;
+        run_today[i] = run_today[i] > run[i] ? run_today[i] : run[i];
+        history[i] += tick;
+        run_history[i] += tick;
+        breach[i] = (enabled[i] & 1) & ((count[i] >= thr[i]) | (run[i] >= run_thr[i]));
+        clear[i] = (count[i] < cf * thr[i]) & (run[i] < cf * run_thr[i]);
+        nb += breach[i];
+        nc += clear[i] ^ 1;
+    }
+    *breached = nb;
+    *not_clear = nc;
+}
+
+/* duty_step(decay f64, nbytes f64, enabled b, count, today, run, run_today, history,
+ *           run_history f64, threshold f64, run_threshold f64, tick, clear_fraction,
+ *           breach b, clear b) -> (rows that breach, rows not clear) */
+static PyObject *duty_step(PyObject *self, PyObject *args) {
+    enum { N = 13 };
+    Py_buffer v[N];
+    memset(v, 0, sizeof v);
+    double tick, cf;
+    if (!PyArg_ParseTuple(args, "y*y*y*w*w*w*w*w*w*y*y*ddw*w*", &v[0], &v[1], &v[2], &v[3],
+                          &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &tick, &cf, &v[11],
+                          &v[12]))
+        return NULL;
+    Arg rows[] = {{"decay", &v[0], 8},      {"nbytes", &v[1], 8},     {"enabled", &v[2], 1},
+                  {"count", &v[3], 8},      {"today", &v[4], 8},      {"run", &v[5], 8},
+                  {"run_today", &v[6], 8},  {"history", &v[7], 8},    {"run_history", &v[8], 8},
+                  {"threshold", &v[9], 8},  {"run_threshold", &v[10], 8},
+                  {"breach", &v[11], 1},    {"clear", &v[12], 1}};
+    Py_ssize_t n, breached = 0, not_clear = 0;
+    if (check(rows, N, &n) < 0) {
+        release(v, N);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    duty_loop(n, v[0].buf, v[1].buf, v[2].buf, v[3].buf, v[4].buf, v[5].buf, v[6].buf, v[7].buf,
+              v[8].buf, v[9].buf, v[10].buf, tick, cf, v[11].buf, v[12].buf, &breached,
+              &not_clear);
+    Py_END_ALLOW_THREADS
+    release(v, N);
+    return Py_BuildValue("(nn)", breached, not_clear);
+}
+
 /* numpy's pairwise summation (loops_utils.h.src), so that sums agree bit for bit. */
 static double pairwise_sum(const double *a, Py_ssize_t n) {
     if (n < 8) {
@@ -843,6 +904,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"beacon_step", beacon_step, METH_VARARGS, "The beacon rule's tick (rules/beacon.py)."},
+    {"duty_step", duty_step, METH_VARARGS, "The duty rule's tick (rules/duty.py)."},
     {"tail_step", tail_step, METH_VARARGS, "TailBank.update's per-row pass; returns rows ended."},
     {"size_learn", size_learn, METH_VARARGS, "SizeLevel.learn's per-row pass for one hour."},
     {"budget_step", budget_step, METH_VARARGS, "BudgetBank's per-cell pass of a tick."},

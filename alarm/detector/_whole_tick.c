@@ -12,7 +12,7 @@
  *   begin   columns, aggregates' sums, the averaged rates, the seasonal level; the inputs of
  *           numpy's exp (levels) and log (bytes, averaged rates)
  *   rules   the spike judgement, the budgets, the aggregates' suppression and members
- *           statistic, the duty rule, and every alert bank's step: the changes
+ *           statistic, and every alert bank's step: the changes
  *   learn   the tails' incidents, the size level, the input of numpy's log (what the
  *           seasonal level learns)
  *   learn_end  the seasonal level
@@ -44,8 +44,7 @@ enum { LEN_N, LEN_M, LEN_A, LEN_2N, LEN_3N, LEN_HN, LEN_2HN, LEN_24N, LEN_96N, L
     X(A_FLOOR, "allowance_floor", 8, LEN_HN) X(T_FLOOR, "tolerance_floor", 8, LEN_HN)         \
     X(MARGIN_S, "margin_seconds", 8, LEN_HN) X(DECLARED, "declared", 1, LEN_HN)               \
     X(FOLLOWING, "following", 1, LEN_HN)                                                       \
-    X(DUTY_BREACH, "duty_breach", 1, LEN_N) X(DUTY_CLEAR, "duty_clear", 1, LEN_N)             \
-    X(DECAY, "duty_decay", 8, LEN_N) X(T_JUDGED, "tail_judged", 1, LEN_3N)                    \
+    X(T_JUDGED, "tail_judged", 1, LEN_3N)                                                      \
     X(T_BREACH, "tail_breach", 1, LEN_3N) X(T_ENDED, "tail_ended", 1, LEN_3N)                 \
     X(W_JUDGED, "swarm_tail_judged", 1, LEN_A) X(W_BREACH, "swarm_tail_breach", 1, LEN_A)    \
     X(W_ENDED, "swarm_tail_ended", 1, LEN_A) X(SW_BREACH, "swarm_breach", 1, LEN_A)           \
@@ -104,13 +103,6 @@ enum { LEN_N, LEN_M, LEN_A, LEN_2N, LEN_3N, LEN_HN, LEN_2HN, LEN_24N, LEN_96N, L
     X(B_ALLOW, "budget.allowance", 8, LEN_HN) X(B_TOL, "budget.tolerance", 8, LEN_HN)         \
     X(B_INVTOL, "budget.inv_tolerance", 8, LEN_HN) X(B_FITTED, "budget.fitted", 1, LEN_HN)    \
     X(B_HYST, "budget.hysteresis", 8, LEN_N)                                                  \
-    /* the duty rule */                                                                        \
-    X(D_ENABLED, "duty.enabled", 1, LEN_N) X(D_COUNT, "duty.count", 8, LEN_N)                 \
-    X(D_TODAY, "duty.today", 8, LEN_N) X(D_THR, "duty.threshold", 8, LEN_N)                   \
-    X(D_RUN, "duty.run", 8, LEN_N) X(D_RUN_TODAY, "duty.run_today", 8, LEN_N)                 \
-    X(D_RUN_THR, "duty.run_threshold", 8, LEN_N) X(D_HIST, "duty.history", 8, LEN_N)          \
-    X(D_RUN_HIST, "duty.run_history", 8, LEN_N) X(D_DECAY, "duty.decay", 8, LEN_N)            \
-    X(D_LAST, "duty.last_tick", 8, LEN_N)                                                     \
     /* the alert banks, in the order of the changes' bank numbers */                           \
     X(A0_STATE, "spike_alerts.state", 1, LEN_N) X(A0_START, "spike_alerts.started_at", 8, LEN_N) \
     X(A0_PEND, "spike_alerts.pending_since", 8, LEN_N)                                        \
@@ -120,11 +112,7 @@ enum { LEN_N, LEN_M, LEN_A, LEN_2N, LEN_3N, LEN_HN, LEN_2HN, LEN_24N, LEN_96N, L
     X(A1_START, "budget_alerts.started_at", 8, LEN_N)                                         \
     X(A1_PEND, "budget_alerts.pending_since", 8, LEN_N)                                       \
     X(A1_CLEAR, "budget_alerts.clear_since", 8, LEN_N)                                        \
-    X(A1_HOLD, "budget_alerts.hold", 8, LEN_N) X(A1_RHOLD, "budget_alerts.resolve_hold", 8, LEN_N) \
-    X(A2_STATE, "duty_alerts.state", 1, LEN_N) X(A2_START, "duty_alerts.started_at", 8, LEN_N) \
-    X(A2_PEND, "duty_alerts.pending_since", 8, LEN_N)                                         \
-    X(A2_CLEAR, "duty_alerts.clear_since", 8, LEN_N) X(A2_HOLD, "duty_alerts.hold", 8, LEN_N) \
-    X(A2_RHOLD, "duty_alerts.resolve_hold", 8, LEN_N)
+    X(A1_HOLD, "budget_alerts.hold", 8, LEN_N) X(A1_RHOLD, "budget_alerts.resolve_hold", 8, LEN_N)
 
 #define FIELD_ENUM(id, name, size, len) F_##id,
 enum { TICK_FIELDS(FIELD_ENUM) F_COUNT };
@@ -140,7 +128,7 @@ static const struct {
     X(size_ready) X(warmup_seconds) X(learning_seconds) X(settled_window) X(envelope_margin)   \
     X(margin_windows) X(forget) X(rise) X(size_alpha_slot) X(slot_ticks_day)                   \
     X(slot_ticks_week) X(reach_max) X(slots_per_hour) X(mad_eps) X(spread_min) X(day_alpha)   \
-    X(week_alpha) X(below) X(swarm_decay) X(swarm_huber) X(min_writes) X(clear_fraction)       \
+    X(week_alpha) X(below) X(swarm_decay) X(swarm_huber) X(min_writes)       \
     X(gather) X(alpha_5m) X(alpha_30m) X(tail_days) X(tail_per_day)
 
 #define CONST_MEMBER(name) double name;
@@ -553,13 +541,10 @@ static void budgets(TickObject *t, double seconds) {
     }
 }
 
-/* rules(now, tick, tick_index, steady) -> [(bank, row, previous, new)]: the spike judgement,
- * the budgets, the aggregates, the duty rule and the three alert banks (0 spike, 1 budget,
- * 2 duty; the beacon rule is a registered rule, alarm/detector/rules/beacon.py).  The duty count decays by ``duty.decay`` on a steady tick
- * (DutyBank.advance_steady; this records the tick in ``duty.last_tick``), else by
- * ``duty_decay`` (what DutyBank.advance returned). */
-static PyObject *do_rules(TickObject *t, double now, double tick, int64_t tick_index,
-                          int steady) {
+/* rules(now, tick) -> [(bank, row, previous, new)]: the spike judgement, the budgets, the
+ * aggregates and the two alert banks (0 spike, 1 budget; the beacon and duty rules are
+ * registered rules, alarm/detector/rules/). */
+static PyObject *do_rules(TickObject *t, double now, double tick) {
     const Py_ssize_t n = t->n, m = t->m, a = t->a;
     const double *b = D(COL), *rate = D(RATE), *rates = D(RATES), *unit = D(UNIT);
     /* The rest of SeasonalBaseline.predict: numpy's exp is in exp_in now. */
@@ -694,34 +679,6 @@ static PyObject *do_rules(TickObject *t, double now, double tick, int64_t tick_i
     if (alert_step(now, tick, n, bbreach, budget_clear, (int8_t *)t->p[F_A1_STATE], D(A1_START),
                    D(A1_PEND), D(A1_CLEAR), D(A1_HOLD), D(A1_RHOLD), 1, changes) < 0)
         goto fail;
-    /* The duty rule (DutyBank.update after DutyBank.advance). */
-    {
-        const uint8_t *d_enabled = B(D_ENABLED);
-        const double *decay = steady ? D(D_DECAY) : D(DECAY), *thr = D(D_THR),
-                     *run_thr = D(D_RUN_THR);
-        if (steady) {
-            int64_t *last = I64(D_LAST);
-            for (Py_ssize_t i = 0; i < n; i++) last[i] = (int64_t)tick_index;
-        }
-        double *count = D(D_COUNT), *today = D(D_TODAY), *run = D(D_RUN),
-               *run_today = D(D_RUN_TODAY), *hist = D(D_HIST), *run_hist = D(D_RUN_HIST);
-        uint8_t *db = B(DUTY_BREACH), *dc = B(DUTY_CLEAR);
-        const double cf = t->c.clear_fraction;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            const double written = (double)(b[i] > 0);
-            count[i] = count[i] * decay[i] + written;
-            today[i] = max_d(today[i], count[i]);
-            run[i] = (run[i] + 1.0) * written;
-            run_today[i] = max_d(run_today[i], run[i]);
-            hist[i] += tick;
-            run_hist[i] += tick;
-            db[i] = (d_enabled[i] & 1) & ((count[i] >= thr[i]) | (run[i] >= run_thr[i]));
-            dc[i] = (count[i] < cf * thr[i]) & (run[i] < cf * run_thr[i]);
-        }
-        if (alert_step(now, tick, n, db, dc, (int8_t *)t->p[F_A2_STATE], D(A2_START),
-                       D(A2_PEND), D(A2_CLEAR), D(A2_HOLD), D(A2_RHOLD), 2, changes) < 0)
-            goto fail;
-    }
     return changes;
 fail:
     Py_DECREF(changes);
@@ -730,10 +687,8 @@ fail:
 
 static PyObject *Tick_rules(TickObject *t, PyObject *args) {
     double now, tick;
-    long long tick_index;
-    int steady;
-    if (!PyArg_ParseTuple(args, "ddLp", &now, &tick, &tick_index, &steady)) return NULL;
-    return do_rules(t, now, tick, (int64_t)tick_index, steady);
+    if (!PyArg_ParseTuple(args, "dd", &now, &tick)) return NULL;
+    return do_rules(t, now, tick);
 }
 
 /* learn(now, tick) -> (spike tail rows ended, aggregates' tail rows ended): the tails'
@@ -904,41 +859,34 @@ static double py_mod(double x, double y) {
     return r;
 }
 
-/* step(nbytes, events, capacity or None, now, tick, duty_last, duty_day, roll_day,
- *      roll_day_spike, spike_block, swarm_block) -> a whole ordinary tick in one call:
+/* step(nbytes, events, capacity or None, now, tick, roll_day, roll_day_spike, spike_block,
+ *      swarm_block) -> a whole ordinary tick in one call:
  *   0                   not an ordinary tick: nothing was changed, the phases run in Python
- *                       (an alert not at rest, a tick after a gap or on a new day, a level
- *                       past float32's exp);
+ *                       (an alert not at rest, a tick on a day the tails have not rolled to,
+ *                       a level past float32's exp);
  *   None                done;
  *   (spike refits, aggregates' refits)  done, and those tails' rows are to be refitted;
  *   [changes]           its rules changed alerts: Python builds them, then calls finish.
- * An ordinary tick follows the duty rule's last on its day (duty_last, duty_day), on the day
- * the tails last rolled to (roll_day: now's; roll_day_spike: start + tick's), with every alert
- * bank at rest. */
+ * An ordinary tick is on the day the tails last rolled to (roll_day: now's; roll_day_spike:
+ * start + tick's), with every alert bank at rest. */
 static PyObject *Tick_step(TickObject *t, PyObject *args) {
     PyObject *nb, *ev, *cap;
     double now, tick;
-    long long duty_last, duty_day, roll_day, roll_day_spike;
+    long long roll_day, roll_day_spike;
     int spike_block, swarm_block;
-    if (!PyArg_ParseTuple(args, "OOOddLLLLii", &nb, &ev, &cap, &now, &tick, &duty_last,
-                          &duty_day, &roll_day, &roll_day_spike, &spike_block, &swarm_block))
+    if (!PyArg_ParseTuple(args, "OOOddLLii", &nb, &ev, &cap, &now, &tick, &roll_day,
+                          &roll_day_spike, &spike_block, &swarm_block))
         return NULL;
     const Py_ssize_t n = t->n;
     const double start = now - tick;
-    const double tick_index_f = nearbyint(now / tick);
-    if (!(fabs(tick_index_f) < 9e15) || spike_block < 0 ||
-        spike_block >= (int)t->c.tail_days || swarm_block < 0 ||
+    if (spike_block < 0 || spike_block >= (int)t->c.tail_days || swarm_block < 0 ||
         swarm_block >= (int)t->c.tail_days)
         return PyLong_FromLong(0);
-    const int64_t tick_index = (int64_t)tick_index_f;
-    if (tick_index != duty_last + 1 || py_floordiv(start, 86400.0) != (double)duty_day ||
-        py_floordiv(now, 86400.0) != (double)roll_day ||
+    if (py_floordiv(now, 86400.0) != (double)roll_day ||
         py_floordiv(start + tick, 86400.0) != (double)roll_day_spike)
         return PyLong_FromLong(0);
-    for (int k = 0; k < 3; k++) {
-        const int8_t *state = (const int8_t *)t->p[k == 0   ? F_A0_STATE
-                                                 : k == 1 ? F_A1_STATE
-                                                          : F_A2_STATE];
+    for (int k = 0; k < 2; k++) {
+        const int8_t *state = (const int8_t *)t->p[k == 0 ? F_A0_STATE : F_A1_STATE];
         for (Py_ssize_t i = 0; i < n; i++)
             if (state[i]) return PyLong_FromLong(0);
     }
@@ -960,7 +908,7 @@ static PyObject *Tick_step(TickObject *t, PyObject *args) {
     begin_rates(t);
     for (int k = 0; k < 3; k++)
         if (call_numpy(t, k) < 0) return NULL;
-    PyObject *changes = do_rules(t, now, tick, tick_index, 1);
+    PyObject *changes = do_rules(t, now, tick);
     if (!changes || PyList_GET_SIZE(changes)) return changes;
     Py_DECREF(changes);
     Py_ssize_t refits[2];

@@ -18,11 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from alarm.config import BudgetRule, Config, DutyRule
+from alarm.config import BudgetRule, Config
 from alarm.detector import fused, persist
 from alarm.detector.alerts import AlertBank, AlertChange, AlertMachine, AlertState, fingerprint
 from alarm.detector.budget import ENVELOPE_MARGIN, MISCONFIGURED_SECONDS, BudgetBank
-from alarm.detector.duty import DutyBank
 from alarm.detector.relative import RelativeBank
 from alarm.detector.rows import AGGREGATE, as_slice, plan_rows
 from alarm.detector.rules import RULES, RuleRows, TickInput
@@ -123,21 +122,18 @@ class Detector:
         )
         self._drop_threshold = np.zeros(n)
 
-        def at_once(rule: str, rules: Sequence[BudgetRule | DutyRule]) -> AlertBank:
+        def at_once(rule: str, rules: Sequence[BudgetRule]) -> AlertBank:
             """The alert bank of a rule that fires on its first breached tick."""
             resolve = np.array([r.resolve_hold for r in rules])
             return AlertBank(self.targets, rule, np.zeros(n), resolve)
 
         self.budget_alerts = at_once("budget", plan.budget)
         self._budget_hyst = np.array([r.hysteresis for r in plan.budget])
-        self.duty = DutyBank(plan.duty, config.tick)
-        self.duty_alerts = at_once("duty", plan.duty)
         # Every surface rule's alert bank, by rule name.
         self.alert_banks: dict[str, AlertBank] = {
             "spike": self.spike_alerts,
             "budget": self.budget_alerts,
             "drop": self.drop_alerts,
-            "duty": self.duty_alerts,
         }
 
         # Member row -> its aggregate's index (or the dummy index len(aggregates)).
@@ -198,7 +194,6 @@ class Detector:
             "spike": self._describe_spike,
             "budget": self._describe_budget,
             "drop": self._describe_drop,
-            "duty": self._describe_duty,
         }
         # The registered rules (rules/), after the core ones, on the shared ledger of weeks.
         self.ledger = Ledger(n)
@@ -219,6 +214,8 @@ class Detector:
             self.alert_banks[name] = AlertBank(self.targets, name, np.zeros(n), rule.resolve_hold)
             self._describers[name] = self._rule_describer(name)
         self.beacon_alerts = self.alert_banks["beacon"]
+        self.duty_alerts = self.alert_banks["duty"]
+        self.duty = self.rules["duty"].bank  # its counts and days (read by tests and views)
         self.precedent = Precedent(self.ledger, derived)
         # Per registered rule: whether any of its alerts may be away from rest (a rule with
         # nothing to judge this tick steps its bank only then).
@@ -246,8 +243,8 @@ class Detector:
             return None
         judgement = self.spike.new_judgement()
         arrays = self.spike.tick_arrays() | self.budget.tick_arrays()
-        arrays |= self.duty.tick_arrays() | self.swarm.tick_arrays()
-        for rule in ("spike", "budget", "duty"):
+        arrays |= self.swarm.tick_arrays()
+        for rule in ("spike", "budget"):
             arrays |= self.alert_banks[rule].tick_arrays()
         arrays |= {
             "meta_bits": self._meta,
@@ -266,7 +263,7 @@ class Detector:
             "ready": judgement.level.ready,
         }
         constants = self.spike.tick_constants() | self.budget.tick_constants()
-        constants |= self.swarm.tick_constants() | self.duty.tick_constants()
+        constants |= self.swarm.tick_constants()
         constants |= TailBank.tick_constants()
         constants |= {
             "gather": float(self._agg_gather is not None),
@@ -420,7 +417,7 @@ class Detector:
         contributors: Evidence,
         capacity: np.ndarray | None = None,
     ) -> list[AlertChange]:
-        """The core rules (spike, budget, drop, duty) on one tick."""
+        """The core rules (spike, budget, drop) on one tick."""
         if self._whole is not None:
             return self._evaluate_whole(now, tick, nbytes, events, contributors, capacity)
         n = self.members
@@ -482,10 +479,6 @@ class Detector:
         ):
             changes.append(self._change(row, "budget", prev, new, now, contributors))
         self._misconfigured(now)
-        tick_index = round(now / tick)
-        duty, duty_clear = self.duty.update(now - tick, tick_index, b > 0)
-        for row, prev, new in self.duty_alerts.step(now, tick, duty, duty_clear):
-            changes.append(self._change(row, "duty", prev, new, now, contributors))
         if self._agg_count:
             self.swarm.learn(now, tick, judgement.settled[self.members :])
         self.spike.learn(judgement, now - tick, b, tick)
@@ -502,8 +495,8 @@ class Detector:
     ) -> list[AlertChange]:
         """``evaluate_arrays`` on the native whole tick (whole_tick.py): the same passes in
         the same order, the alert changes built here as there.  An ordinary tick (every
-        alert at rest, no gap, no new day) is one native call; any other runs the passes
-        one by one from here."""
+        alert at rest, no new day for the tails) is one native call; any other runs the
+        passes one by one from here."""
         whole = self._whole
         assert whole is not None
         native = whole.native
@@ -511,15 +504,12 @@ class Detector:
         capacity = None if capacity is None else _float64(capacity)
         spike_tail, swarm_tail = self.spike.tail, self.swarm.tail
         roll = self._whole_day or (-(1 << 62), -(1 << 62))
-        duty_last, duty_day = self.duty.steady_key()
         done = native.step(
             nbytes,
             events,
             capacity,
             now,
             tick,
-            duty_last,
-            duty_day,
             *roll,
             spike_tail.block,
             swarm_tail.block,
@@ -528,7 +518,6 @@ class Detector:
         self._spike_columns = None
         if isinstance(done, int):  # 0: not an ordinary tick, nothing done yet
             return self._evaluate_phases(now, tick, nbytes, events, contributors, capacity)
-        self.duty.record_steady(duty_last + 1)
         if isinstance(done, tuple):  # tails to refit
             self._refit_tails(*done)
         elif isinstance(done, list):  # alert changes: built here, then the tick finished
@@ -568,11 +557,7 @@ class Detector:
             np.exp(whole.exp_in, out=whole.exp_in)
         np.log(whole.log_bytes, out=whole.log_bytes)
         np.log(whole.log_rates, out=whole.log_rates)
-        tick_index = round(now / tick)
-        decay = self.duty.advance_steady(start, tick_index)
-        if decay is not None:
-            np.copyto(whole.duty_decay, decay)
-        raw = native.rules(now, tick, tick_index, decay is None)
+        raw = native.rules(now, tick)
         changes = self._whole_changes(raw, now, contributors)
         # Learning: the tails' days roll first, as their update does.
         days = (int(now // DAY), int((start + tick) // DAY))
@@ -600,7 +585,7 @@ class Detector:
     ) -> list[AlertChange]:
         """The alert changes of the native tick's rules (bank, row, previous, new), built in
         the order evaluate_arrays builds them, with escalations and misconfigured budgets."""
-        by_bank: list[list[tuple[int, AlertState, AlertState]]] = [[], [], []]
+        by_bank: list[list[tuple[int, AlertState, AlertState]]] = [[], []]
         for bank, row, prev, new in raw:
             by_bank[bank].append((row, AlertState(prev), AlertState(new)))
         spike_changes = by_bank[0]
@@ -619,8 +604,6 @@ class Detector:
         for row, prev, new in by_bank[1]:
             changes.append(self._change(row, "budget", prev, new, now, contributors))
         self._misconfigured(now)
-        for row, prev, new in by_bank[2]:
-            changes.append(self._change(row, "duty", prev, new, now, contributors))
         return changes
 
     def _refit_tails(self, spike_rows: int, swarm_rows: int) -> None:
@@ -758,7 +741,7 @@ class Detector:
         return bool(self.rules["beacon"].enabled[row])
 
     def duty_on(self, row: int) -> bool:
-        return bool(self.duty.enabled[row])
+        return bool(self.rules["duty"].enabled[row])
 
     def drop_on(self, row: int) -> bool:
         return bool(self._drop[row] > 0)
@@ -835,29 +818,6 @@ class Detector:
         )
 
     # -- what each rule's alert says: (value, threshold, the summary's sentence) ----------
-    def _describe_duty(
-        self, row: int, f: SurfaceFigures, figures: dict[str, Any], seasonal_binds: bool
-    ) -> tuple[float, float, str]:
-        duty = self.duty.figures(row)
-        figures |= duty
-        if duty["duty_statistic"] == "run":
-            value, threshold = duty["duty_run_seconds"], duty["duty_run_threshold_seconds"]
-            what = (
-                f"was written in every tick for {value:,.0f} s without a pause (on no day "
-                f"of its last week longer than {duty['duty_longest_run_seconds']:,.0f} s, "
-                f"threshold {threshold:,.0f} s): written far more often than ever, "
-                f"{f.rate:,.1f} B/s"
-            )
-        else:
-            value, threshold = duty["duty_written_ticks"], duty["duty_threshold"]
-            what = (
-                f"was written in {value:,.1f} of its recent ticks (decayed over "
-                f"{duty['duty_window_seconds']:,.0f} s; on no day of its last week more "
-                f"than {duty['duty_highest_day']:,.1f}, threshold {threshold:,.1f}): "
-                f"written far more often than ever, {f.rate:,.1f} B/s"
-            )
-        return value, threshold, what
-
     def _describe_drop(
         self, row: int, f: SurfaceFigures, figures: dict[str, Any], seasonal_binds: bool
     ) -> tuple[float, float, str]:
@@ -1066,7 +1026,6 @@ class Detector:
             out[f"swarm.tail.{a}"] = np.moveaxis(getattr(self.swarm.tail, a), 0, -1)
         out |= {f"budget.{a}": getattr(self.budget, a) for a in BudgetBank.STATE}
         out |= {f"relative.{a}": getattr(self.relative, a) for a in RelativeBank.STATE}
-        out |= {f"duty.{a}": getattr(self.duty, a) for a in DutyBank.STATE}
         out |= {f"ledger.{a}": getattr(self.ledger, a) for a in Ledger.STATE}
         out |= {f"incidents.{a}": getattr(self.incidents, a) for a in Incidents.STATE}
         for name, rule in self.rules.items():
@@ -1089,7 +1048,6 @@ class Detector:
             self.spike.nbytes()
             + self.budget.nbytes()
             + self.relative.nbytes()
-            + self.duty.nbytes()
             + self.swarm.nbytes()
             + self.ledger.nbytes()
             + sum(rule.nbytes() for rule in self.rules.values())
@@ -1177,7 +1135,6 @@ class Detector:
                 if name.startswith("swarm.tail.") or name in self._per_aggregate:
                     use = aggregate_pairs
                 persist.restore_rows(target, arrays[name], use)
-        self.duty.restored()
         for rule in self.rules.values():
             rule.restored()
         self._whole_day = None  # the tails' days were restored: roll them on the next tick

@@ -17,7 +17,6 @@ from alarm.config import (
     AggregateRule,
     BudgetRule,
     Config,
-    DutyRule,
     SpikeRule,
     SurfaceSettings,
 )
@@ -37,7 +36,6 @@ class RowPlan:
     derived: list[bool]
     # The least a derived budget may allow: the row's kind's unclassified budget.
     floors: list[BudgetRule]
-    duty: list[DutyRule]  # off on aggregates: members' duty alarms on the members
     meta_bits: np.ndarray
     # For aggregate row members + j: the member rows it sums (as an index array).
     aggregate_of: list[np.ndarray]
@@ -96,8 +94,6 @@ def plan_rows(config: Config, keys: list[SurfaceKey]) -> RowPlan:
         derived.append(rule.budget is None and all(derived[i] for i in declared))
         floors.append(config.unclassified_budget(kind))
         meta.append(0.0)  # members' bits already include their metadata allowance
-    duty = [b.duty for b in budget[: len(keys)]]
-    duty += [DutyRule(enabled=False)] * len(aggregate_of)
     return RowPlan(
         rows,
         len(keys),
@@ -105,7 +101,6 @@ def plan_rows(config: Config, keys: list[SurfaceKey]) -> RowPlan:
         budget,
         derived,
         floors,
-        duty,
         np.array(meta),
         aggregate_of,
         members_statistic,

@@ -46,7 +46,6 @@ class WholeTick:
         self.log_bytes = np.zeros(n)  # numpy's log, in place
         self.log_rates = np.zeros((2, n), dtype=f32)  # numpy's log, in place
         self.learn_y = np.zeros(n, dtype=f32)  # numpy's log, in place
-        self.duty_decay = np.zeros(n)
         self.tail_ended = np.zeros(3 * n, dtype=bool)
         self.swarm_tail_ended = np.zeros(a, dtype=bool)
         # The rows of each tail whose kept peaks changed this tick (their first ``count``).
@@ -65,7 +64,6 @@ class WholeTick:
             "log_bytes": self.log_bytes,
             "log_rates": self.log_rates,
             "learn_y": self.learn_y,
-            "duty_decay": self.duty_decay,
             "tail_ended": self.tail_ended,
             "swarm_tail_ended": self.swarm_tail_ended,
             "tail_refit": self.tail_refit,
@@ -81,8 +79,6 @@ class WholeTick:
             "learning": np.zeros(n, dtype=bool),
             "declared": np.zeros(cells, dtype=bool),
             "following": np.zeros(cells, dtype=bool),
-            "duty_breach": np.zeros(n, dtype=bool),
-            "duty_clear": np.zeros(n, dtype=bool),
             "tail_judged": np.zeros(3 * n, dtype=bool),
             "tail_breach": np.zeros(3 * n, dtype=bool),
             "swarm_tail_judged": np.zeros(a, dtype=bool),

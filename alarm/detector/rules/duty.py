@@ -1,4 +1,4 @@
-"""Duty rule: a surface written in far more ticks than it ever is, for every row at once.
+"""Duty rule: a surface written in far more ticks than it ever is.
 
 A drip in small lumps (a few bytes in every tick, a DNS query every few seconds) carries
 10-100 bit/s: a budget sums it for hours before its tolerance is passed, and the spike rule
@@ -30,13 +30,23 @@ A day enters the kept maxima when it ends, as at most the threshold it was judge
 surface that now writes more often (a new normal, or a drip the rule already paged about)
 doubles its threshold a day, so the page resolves within days and a patient attacker cannot
 raise the threshold faster than that.  A row is judged once it has a full day of history.
+
+One numeric definition: the tick's counts are ``duty_step`` in alarm/detector/_fused.c, called
+with this rule's arrays; the bookkeeping of days and of skipped ticks, once a day or after a
+gap, is numpy here (docs/detector.md, "Where each rule written once stands").  It was numpy
+code with a C twin inside the whole native tick, which also used the rule's last tick to tell
+an ordinary tick.
 """
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import numpy as np
 
-from alarm.config import DutyRule
+from alarm.config import DutyRule as DutySettings
+from alarm.detector import fused
+from alarm.detector.rules.base import Rule, RuleRows, TickInput
 
 DAY = 86400.0
 KEPT_DAYS = 7
@@ -48,6 +58,8 @@ CLEAR_FRACTION = 0.5  # of the threshold: a drip that pauses for a tick stays on
 
 
 class DutyBank:
+    """Every row's counts, runs and kept days; a tick at a time by ``update``."""
+
     STATE = (
         "count",
         "today",
@@ -64,7 +76,7 @@ class DutyBank:
         "run_threshold",
     )
 
-    def __init__(self, rules: list[DutyRule], tick: float):
+    def __init__(self, rules: list[DutySettings], tick: float):
         n = len(rules)
         self.tick = tick
         self.enabled = np.array([r.enabled for r in rules], dtype=bool)
@@ -93,6 +105,8 @@ class DutyBank:
         # look at the rows' own, after a restore).
         self._last: int | None = None
         self._day: int | None = None
+        self.breach = np.zeros(n, dtype=bool)
+        self.clear = np.ones(n, dtype=bool)
 
     def nbytes(self) -> int:
         return sum(getattr(self, name).nbytes for name in self.STATE)
@@ -103,52 +117,34 @@ class DutyBank:
         self._day = None
 
     def update(
-        self, start: float, tick_index: int, written: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """One tick (starting at ``start``): (breached, clear) per row."""
+        self, start: float, tick_index: int, nbytes: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, int, int]:
+        """One tick (starting at ``start``) of byte counts: (breached, clear) per row (arrays
+        reused by the next tick), how many rows breach and how many are not clear."""
         decay = self.advance(start, tick_index)
-        self.count *= decay
-        self.count += written
-        np.maximum(self.today, self.count, out=self.today)
-        self.run += 1.0
-        self.run *= written
-        np.maximum(self.run_today, self.run, out=self.run_today)
-        self.history += self.tick
-        self.run_history += self.tick
-        breached = self.enabled & (
-            (self.count >= self.threshold) | (self.run >= self.run_threshold)
+        breached, not_clear = fused.required().duty_step(
+            np.ascontiguousarray(decay, dtype=np.float64),
+            np.ascontiguousarray(nbytes, dtype=np.float64),
+            self.enabled,
+            self.count,
+            self.today,
+            self.run,
+            self.run_today,
+            self.history,
+            self.run_history,
+            self.threshold,
+            self.run_threshold,
+            self.tick,
+            CLEAR_FRACTION,
+            self.breach,
+            self.clear,
         )
-        clear = (self.count < CLEAR_FRACTION * self.threshold) & (
-            self.run < CLEAR_FRACTION * self.run_threshold
-        )
-        return breached, clear
-
-    def steady_key(self) -> tuple[int, int]:
-        """(the last tick's index, its day): a tick is steady when it follows that tick on
-        that day (``advance_steady``); values no tick matches while they are not known."""
-        never = -(1 << 62)
-        return (
-            never if self._last is None else self._last,
-            never if self._day is None else self._day,
-        )
-
-    def record_steady(self, tick_index: int) -> None:
-        """A steady tick applied elsewhere (the native whole tick's ``step``)."""
-        self._last = tick_index
-
-    def advance_steady(self, start: float, tick_index: int) -> np.ndarray | None:
-        """``advance`` where the tick follows the last one on the same day: then it only
-        records the tick and returns None, and the caller applies ``decay`` and sets
-        ``last_tick`` (the native whole tick does); otherwise what ``advance`` returns."""
-        if self._last is not None and tick_index == self._last + 1 and start // DAY == self._day:
-            self._last = tick_index
-            return None
-        return self.advance(start, tick_index)
+        return self.breach, self.clear, breached, not_clear
 
     def advance(self, start: float, tick_index: int) -> np.ndarray:
         """The bookkeeping of a tick before its counts: the days that ended roll, ticks
         skipped since the last one break the runs; returns each row's decay of the count
-        for this tick (``update`` applies it; the native tick does the same, fused.py)."""
+        for this tick (``update`` applies it)."""
         day = int(start // DAY)
         if self._last is not None and tick_index == self._last + 1:
             decay = self.decay
@@ -166,17 +162,6 @@ class DutyBank:
                 self._roll(day, np.flatnonzero(stale))
             self._day = day
         return decay
-
-    @staticmethod
-    def tick_constants() -> dict[str, float]:
-        """The scalars the whole native tick needs of the duty rule (fused.py)."""
-        return {"clear_fraction": CLEAR_FRACTION}
-
-    def tick_arrays(self) -> dict[str, np.ndarray]:
-        """The arrays the whole native tick reads and writes (fused.py), by name."""
-        names = ("enabled", "count", "today", "threshold", "run", "run_today")
-        names += ("run_threshold", "history", "run_history", "decay", "last_tick")
-        return {f"duty.{a}": getattr(self, a) for a in names}
 
     def _roll(self, day: int, rows: np.ndarray) -> None:
         """The rows' day ended: keep its highest count (at most its threshold) and judge the
@@ -224,3 +209,54 @@ class DutyBank:
             "duty_run_threshold_seconds": finite(float(self.run_threshold[row])) * self.tick,
             "duty_longest_run_seconds": (float(runs.max()) if runs.size else 0.0) * self.tick,
         }
+
+
+class DutyRule(Rule):
+    name: ClassVar[str] = "duty"
+    STATE: ClassVar[tuple[str, ...]] = DutyBank.STATE
+
+    def __init__(self, rows: RuleRows) -> None:
+        super().__init__(rows)
+        fused.required()  # at start, not at the first tick: an install without it says so
+        # Off on aggregates: members' duty alarms on the members.
+        settings = [b.duty for b in rows.budgets[: rows.members]]
+        settings += [DutySettings(enabled=False)] * (len(rows.targets) - rows.members)
+        self.bank = DutyBank(settings, rows.tick)
+        self.enabled = self.bank.enabled
+        for name in self.STATE:  # the saved state is the bank's own arrays (restored in place)
+            setattr(self, name, getattr(self.bank, name))
+        self.resolve_hold = np.array([s.resolve_hold for s in settings], dtype=np.float64)
+        self._rate = np.zeros(len(rows.targets))
+
+    def judge(self, t: TickInput) -> tuple[np.ndarray, np.ndarray] | None:
+        breach, clear, breached, not_clear = self.bank.update(
+            t.start, round(t.now / t.tick), t.nbytes
+        )
+        self._rate = t.nbytes / t.tick if breached else self._rate
+        if not breached and not not_clear:
+            return None  # every row clear: alerts at rest stay so, open ones may resolve
+        return breach.copy(), clear.copy()
+
+    def restored(self) -> None:
+        self.bank.restored()
+
+    def describe(self, row: int) -> tuple[float, float, str, dict[str, Any]]:
+        duty = self.bank.figures(row)
+        rate = float(self._rate[row])
+        if duty["duty_statistic"] == "run":
+            value, threshold = duty["duty_run_seconds"], duty["duty_run_threshold_seconds"]
+            what = (
+                f"was written in every tick for {value:,.0f} s without a pause (on no day "
+                f"of its last week longer than {duty['duty_longest_run_seconds']:,.0f} s, "
+                f"threshold {threshold:,.0f} s): written far more often than ever, "
+                f"{rate:,.1f} B/s"
+            )
+        else:
+            value, threshold = duty["duty_written_ticks"], duty["duty_threshold"]
+            what = (
+                f"was written in {value:,.1f} of its recent ticks (decayed over "
+                f"{duty['duty_window_seconds']:,.0f} s; on no day of its last week more "
+                f"than {duty['duty_highest_day']:,.1f}, threshold {threshold:,.1f}): "
+                f"written far more often than ever, {rate:,.1f} B/s"
+            )
+        return float(value), float(threshold), what, dict(duty)
