@@ -19,6 +19,10 @@ bytes and events; the others: no CPU for 0.5 s), minus its idle CPU over the sam
 (measured for 3 s before), divided by the events written.  Conditions are interleaved
 round-robin over ``--runs`` runs; medians.
 
+The fs source lists directories natively (alarm/collectors/fs/_dirscan.c: getdents64 + fstatat,
+new entries added to its tables in bulk) where the extension was built, else with os.scandir;
+the script prints which one the installed package has.
+
 First scan: ``capalarm run`` on a tree of ``--scan-files`` files (first start, no state),
 from the process start to its /metrics showing the first scan completed, minus the same
 process's time to serve /metrics on an empty tree (interpreter start and imports), beside
@@ -359,6 +363,10 @@ def main() -> None:
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root: a private tmpfs, and fanotify")
+    from alarm.collectors.fs import dirscan
+
+    listing = "native getdents64 + fstatat (_dirscan)" if dirscan.available() else "os.scandir"
+    print(f"fs source directory listing: {listing}")
     work = Path(tempfile.mkdtemp(prefix="capalarm-watcher-cpu-"))
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2g", "bench-cpu", str(work)], check=True)
     try:

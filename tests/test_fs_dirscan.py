@@ -176,3 +176,47 @@ def test_bulk_map_operations_are_the_one_by_one_ones(listing: str) -> None:
             single.gens[single.index(k)] for k in probe.tolist() if single.index(k) >= 0
         ]
     assert len(bulk) == len(single) == len(live)
+
+
+@pytest.mark.parametrize("mode", ["inotify", "fanotify"])
+async def test_a_burst_of_events_in_one_directory_counts_the_same(
+    listing: str, mode: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Many entries noted in one directory in one step are looked at in bulk (touches.py)
+    with the native lister: files, a hard link, a symlink, temporary names renamed at once,
+    files deleted right after they were written, a sparse file."""
+    if mode == "fanotify":
+        from tests.test_fs_kit import mount_tmpfs
+
+        mount_tmpfs(tmp_path / "mnt", request)
+        tmp_path = tmp_path / "mnt"
+    tree = tmp_path / "tree"
+    (tree / "d").mkdir(parents=True)
+    rec = Recorder()
+    c = collector(settings([str(tree)], mode=mode, settle=0.2), rec)
+    async with running(c, rec):
+        await quiesce(c)
+        d = tree / "d"
+        total = 0
+        for i in range(400):
+            write(d / f"f{i}", os.urandom(i % 300))
+            total += i % 300
+            if i % 50 == 0:
+                write(d / f"t{i}.tmp", b"t" * 1000)
+                os.rename(d / f"t{i}.tmp", d / f"t{i}.whl")
+                total += 1000
+                write(d / f"gone{i}", b"g" * 10)
+                os.unlink(d / f"gone{i}")
+        os.link(d / "f299", d / "f299.link")
+        os.symlink("f1", d / "sym")
+        total += 2
+        with open(d / "sparse", "wb") as f:
+            f.seek(8 << 20)
+            f.write(b"e" * 100)
+        total += 100
+        await quiesce(c)
+    per_path = rec.by_path()
+    assert sum(v for k, v in per_path.items() if "gone" not in k) == total
+    assert per_path[str(d / "f299")] == 299 and per_path[str(d / "sparse")] == 100
+    assert all(not k.endswith(".tmp") for k in per_path)
+    assert rec.counts["hard_links"] == 1

@@ -22,6 +22,9 @@
  * the first EMPTY slot of its probe, with its value (int64) and generation (int32).  The
  * caller makes room first.
  *
+ * stat_names(fd, dir_id, names) looks at the given names (bytes) in the directory open on
+ * `fd` the same way, and returns the same tuple (done true).
+ *
  * ledger_rows(target, dev, ino, size, counted, mtime, names) sets, in the dict `target`,
  * "f:<dev>:<ino>" -> "[size,counted,mtime]" (or "[size,counted,mtime,names]" when names > 1)
  * for each item of the int64 columns given as buffers: ledger.py's ledger_value, in bulk.
@@ -80,6 +83,81 @@ static uint64_t key64(Py_hash_t h) {
     return k > 1 ? k : k + 2; /* never EMPTY (0) or DELETED (1): table.py */
 }
 
+/* fstatat of one entry into its row (no GIL needed). */
+static void look(int fd, row *r) {
+    struct stat st;
+    if (fstatat(fd, r->name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        r->err = errno;
+        return;
+    }
+    r->dev = (int64_t)st.st_dev;
+    r->ino = (uint64_t)st.st_ino;
+    r->mode = st.st_mode;
+    r->nlink = (int64_t)st.st_nlink;
+    r->size = (int64_t)st.st_size;
+    r->blocks = (int64_t)st.st_blocks;
+    r->mtime = (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    r->ctime = (int64_t)st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec;
+}
+
+/* Rows (with the GIL) into the columns: each name's map key, its inode's, its lstat.  `name`
+ * is the row's name object when the caller has one (stat_names), else NULL (made here and
+ * appended to `names`). */
+static int add_row(const row *r, PyObject *given, PyObject *did, PyObject *names,
+                   growbuf *cols) {
+    PyObject *name = given;
+    if (name == NULL) {
+        name = PyBytes_FromStringAndSize(r->name, (Py_ssize_t)r->len);
+        if (name == NULL) return -1;
+        int bad = PyList_Append(names, name);
+        Py_DECREF(name);
+        if (bad < 0) return -1;
+    }
+    PyObject *pair = PyTuple_Pack(2, did, name);
+    Py_hash_t h = pair == NULL ? -1 : PyObject_Hash(pair);
+    Py_XDECREF(pair);
+    if (h == -1) return -1;
+    uint64_t k = key64(h), ident = 0;
+    if (!r->err) {
+        PyObject *d = PyLong_FromLongLong(r->dev);
+        PyObject *i = PyLong_FromUnsignedLongLong(r->ino);
+        PyObject *di = (d && i) ? PyTuple_Pack(2, d, i) : NULL;
+        Py_XDECREF(d);
+        Py_XDECREF(i);
+        Py_hash_t hi = di == NULL ? -1 : PyObject_Hash(di);
+        Py_XDECREF(di);
+        if (hi == -1) return -1;
+        ident = key64(hi);
+    }
+    if (gb_put(&cols[0], &k, 8) || gb_put(&cols[1], &r->dev, 8) || gb_put(&cols[2], &r->ino, 8) ||
+        gb_put(&cols[3], &r->mode, 8) || gb_put(&cols[4], &r->nlink, 8) ||
+        gb_put(&cols[5], &r->size, 8) || gb_put(&cols[6], &r->blocks, 8) ||
+        gb_put(&cols[7], &r->mtime, 8) || gb_put(&cols[8], &r->ctime, 8) ||
+        gb_put(&cols[9], &r->err, 8) || gb_put(&cols[10], &ident, 8)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+/* (names, 11 columns, done) */
+static PyObject *listing(PyObject *names, growbuf *cols, int done) {
+    PyObject *result = PyTuple_New(13);
+    if (result == NULL) return NULL;
+    Py_INCREF(names);
+    PyTuple_SET_ITEM(result, 0, names);
+    for (int c = 0; c < 11; c++) {
+        PyObject *b = PyBytes_FromStringAndSize(cols[c].data ? cols[c].data : "", cols[c].len);
+        if (b == NULL) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(result, 1 + c, b);
+    }
+    PyTuple_SET_ITEM(result, 12, PyBool_FromLong(done));
+    return result;
+}
+
 static PyObject *list_dir(PyObject *self, PyObject *args) {
     int fd;
     long long dir_id;
@@ -115,19 +193,7 @@ static PyObject *list_dir(PyObject *self, PyObject *args) {
                 memset(r, 0, sizeof(*r));
                 r->name = nm;
                 r->len = strlen(nm);
-                struct stat st;
-                if (fstatat(fd, nm, &st, AT_SYMLINK_NOFOLLOW) != 0) {
-                    r->err = errno;
-                    continue;
-                }
-                r->dev = (int64_t)st.st_dev;
-                r->ino = (uint64_t)st.st_ino;
-                r->mode = st.st_mode;
-                r->nlink = (int64_t)st.st_nlink;
-                r->size = (int64_t)st.st_size;
-                r->blocks = (int64_t)st.st_blocks;
-                r->mtime = (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
-                r->ctime = (int64_t)st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec;
+                look(fd, r);
             }
         }
         Py_END_ALLOW_THREADS
@@ -137,61 +203,56 @@ static PyObject *list_dir(PyObject *self, PyObject *args) {
             goto out;
         }
         if (got == 0) done = 1;
-        for (size_t i = 0; i < n; i++) {
-            row *r = &rows[i];
-            PyObject *name = PyBytes_FromStringAndSize(r->name, (Py_ssize_t)r->len);
-            if (name == NULL) goto out;
-            PyObject *pair = PyTuple_Pack(2, did, name);
-            Py_hash_t h = pair == NULL ? -1 : PyObject_Hash(pair);
-            Py_XDECREF(pair);
-            if (h == -1 || PyList_Append(names, name) < 0) {
-                Py_DECREF(name);
-                goto out;
-            }
-            Py_DECREF(name);
-            uint64_t k = key64(h), ident = 0;
-            if (!r->err) {
-                PyObject *d = PyLong_FromLongLong(r->dev);
-                PyObject *i = PyLong_FromUnsignedLongLong(r->ino);
-                PyObject *di = (d && i) ? PyTuple_Pack(2, d, i) : NULL;
-                Py_XDECREF(d);
-                Py_XDECREF(i);
-                Py_hash_t hi = di == NULL ? -1 : PyObject_Hash(di);
-                Py_XDECREF(di);
-                if (hi == -1) goto out;
-                ident = key64(hi);
-            }
-            if (gb_put(&cols[0], &k, 8) || gb_put(&cols[1], &r->dev, 8) ||
-                gb_put(&cols[2], &r->ino, 8) || gb_put(&cols[3], &r->mode, 8) ||
-                gb_put(&cols[4], &r->nlink, 8) || gb_put(&cols[5], &r->size, 8) ||
-                gb_put(&cols[6], &r->blocks, 8) || gb_put(&cols[7], &r->mtime, 8) ||
-                gb_put(&cols[8], &r->ctime, 8) || gb_put(&cols[9], &r->err, 8) ||
-                gb_put(&cols[10], &ident, 8)) {
-                PyErr_NoMemory();
-                goto out;
-            }
-        }
+        for (size_t i = 0; i < n; i++)
+            if (add_row(&rows[i], NULL, did, names, cols) < 0) goto out;
         total += (Py_ssize_t)n;
     }
-    result = PyTuple_New(13);
-    if (result == NULL) goto out;
-    Py_INCREF(names);
-    PyTuple_SET_ITEM(result, 0, names);
-    for (int c = 0; c < 11; c++) {
-        PyObject *b = PyBytes_FromStringAndSize(cols[c].data ? cols[c].data : "", cols[c].len);
-        if (b == NULL) {
-            Py_CLEAR(result);
-            goto out;
-        }
-        PyTuple_SET_ITEM(result, 1 + c, b);
-    }
-    PyTuple_SET_ITEM(result, 12, PyBool_FromLong(done));
+    result = listing(names, cols, done);
 out:
     for (int c = 0; c < 11; c++) free(cols[c].data);
     free(buf);
     free(rows);
     Py_XDECREF(did);
     Py_XDECREF(names);
+    return result;
+}
+
+static PyObject *stat_names(PyObject *self, PyObject *args) {
+    int fd;
+    long long dir_id;
+    PyObject *names;
+    if (!PyArg_ParseTuple(args, "iLO!", &fd, &dir_id, &PyList_Type, &names)) return NULL;
+    names = PySequence_List(names); /* our own list: its items stay while the GIL is off */
+    if (names == NULL) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(names);
+    PyObject *did = PyLong_FromLongLong(dir_id);
+    row *rows = PyMem_Calloc(n ? n : 1, sizeof(row));
+    growbuf cols[11] = {{0}};
+    PyObject *result = NULL;
+    if (did == NULL || rows == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *nm = PyList_GET_ITEM(names, i);
+        if (!PyBytes_Check(nm) || (Py_ssize_t)strlen(PyBytes_AS_STRING(nm)) != PyBytes_GET_SIZE(nm)) {
+            PyErr_SetString(PyExc_ValueError, "stat_names: a name is not bytes without NUL");
+            goto out;
+        }
+        rows[i].name = PyBytes_AS_STRING(nm);
+        rows[i].len = (size_t)PyBytes_GET_SIZE(nm);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) look(fd, &rows[i]);
+    Py_END_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (add_row(&rows[i], PyList_GET_ITEM(names, i), did, names, cols) < 0) goto out;
+    result = listing(names, cols, 1);
+out:
+    for (int c = 0; c < 11; c++) free(cols[c].data);
+    PyMem_Free(rows);
+    Py_XDECREF(did);
+    Py_DECREF(names);
     return result;
 }
 
@@ -314,6 +375,8 @@ static PyMethodDef methods[] = {
     {"list_dir", list_dir, METH_VARARGS,
      "list_dir(fd, dir_id, max_entries) -> (names, keys, dev, ino, mode, nlink, size, blocks, "
      "mtime_ns, ctime_ns, err, idents, done)"},
+    {"stat_names", stat_names, METH_VARARGS,
+     "stat_names(fd, dir_id, names) -> list_dir's tuple for the given names in the directory"},
     {"probe", probe, METH_VARARGS, "probe(table, keys) -> slots (int64 bytes, -1: absent)"},
     {"place", place, METH_VARARGS, "place(table, vals, gens, keys, new_vals, new_gens)"},
     {"ledger_rows", ledger_rows, METH_VARARGS,

@@ -95,7 +95,18 @@ def list_dir(fd: int, dir_id: int, max_entries: int) -> Listing:
     """At least ``max_entries`` entries more of the directory open on ``fd`` (fewer when it
     ends; up to one getdents buffer more).  Needs :func:`available`; OSError from getdents64."""
     assert _native is not None
-    names, *cols, done = _native.list_dir(fd, dir_id, max(1, max_entries))
+    return _listing(_native.list_dir(fd, dir_id, max(1, max_entries)))
+
+
+def stat_names(fd: int, dir_id: int, names: list[bytes]) -> Listing:
+    """``names`` of the directory open on ``fd``, looked at as :func:`list_dir` looks at
+    entries (in that order).  Needs :func:`available`."""
+    assert _native is not None
+    return _listing(_native.stat_names(fd, dir_id, names))
+
+
+def _listing(res: tuple) -> Listing:  # type: ignore[type-arg]
+    names, *cols, done = res
     keys, dev, ino, mode, nlink, size, blocks, mtime, ctime, err, idents = cols
     i8 = np.int64
     return Listing(

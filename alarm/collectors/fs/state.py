@@ -484,10 +484,13 @@ class FileState:
         count: bool,
         out: Output,
         change: str = "found_by_scan",
+        changes: list[str] | None = None,
+        pids: list[int] | None = None,
     ) -> np.ndarray:
         """:meth:`observe` in bulk for the entries ``idx`` of a listing (``ts``: the event
-        times) that are new names of inodes not tracked: what a baseline or a new
-        directory's scan finds.  Those are added to the tables at once (pending when
+        times; ``changes`` and ``pids``, when given, each entry's) that are new names of
+        inodes not tracked: what a baseline or a new directory's scan finds, and what a
+        burst of events in one directory names.  Those are added to the tables at once (pending when
         ``count``, else saved); the others (directories, names or inodes already known,
         sparse-looking files, two names of one inode) are returned, in listing order, for
         :meth:`observe`.  The counting is observe's: a new inode's measure is its size
@@ -526,8 +529,14 @@ class FileState:
         if count:
             pending = self.pending
             fast_ts = ts[fast].tolist()
-            for row, i, t in zip(rows.tolist(), fast.tolist(), fast_ts, strict=True):
-                pending[row] = Pending(dir_id, names[i], t, t, change)
+            if changes is None and pids is None:
+                for row, i, t in zip(rows.tolist(), fast.tolist(), fast_ts, strict=True):
+                    pending[row] = Pending(dir_id, names[i], t, t, change)
+            else:
+                how = changes or [change] * len(names)
+                who = pids or [0] * len(names)
+                for row, i, t in zip(rows.tolist(), fast.tolist(), fast_ts, strict=True):
+                    pending[row] = Pending(dir_id, names[i], t, t, how[i], who[i])
             if self.settle <= 0:
                 self._count_pending_rows(rows.tolist(), out)
         else:
