@@ -315,6 +315,7 @@ static PyObject *probe(PyObject *self, PyObject *args) {
     if (ret == NULL) goto out;
     const uint64_t *t = table.buf, *k = keys.buf, mask = (uint64_t)cap - 1;
     int64_t *found = (int64_t *)PyBytes_AS_STRING(ret);
+    Py_BEGIN_ALLOW_THREADS /* the tables are the step thread's own (state.py) */
     for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t at = k[i] & mask;
         found[i] = -1;
@@ -326,6 +327,7 @@ static PyObject *probe(PyObject *self, PyObject *args) {
             if (t[at] == 0) break;
         }
     }
+    Py_END_ALLOW_THREADS
 out:
     PyBuffer_Release(&table);
     PyBuffer_Release(&keys);
@@ -348,17 +350,24 @@ static PyObject *place(PyObject *self, PyObject *args) {
     const uint64_t *k = keys.buf;
     const int64_t *add = nv.buf;
     const int32_t *addg = ng.buf;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    int full = 0;
+    Py_BEGIN_ALLOW_THREADS /* the tables are the step thread's own (state.py) */
+    for (Py_ssize_t i = 0; i < n && !full; i++) {
         uint64_t at = k[i] & mask;
         Py_ssize_t step = 0;
         while (t[at] != 0 && step++ < cap) at = (at + 1) & mask;
         if (t[at] != 0) {
-            PyErr_SetString(PyExc_ValueError, "place: the table is full");
-            goto out;
+            full = 1;
+            break;
         }
         t[at] = k[i];
         v[at] = add[i];
         g[at] = addg[i];
+    }
+    Py_END_ALLOW_THREADS
+    if (full) {
+        PyErr_SetString(PyExc_ValueError, "place: the table is full");
+        goto out;
     }
     ret = Py_NewRef(Py_None);
 out:

@@ -141,7 +141,9 @@ class U64Map:
             return
         cap = len(self.keys)
         if self.filled + n > MAX_LOAD * cap:
-            while self.live + n > MAX_LOAD * cap / 2:
+            if self.live + n > MAX_LOAD * cap / 2:
+                cap *= 2  # as put grows: twice, when more than half the load limit is live
+            while self.live + n > MAX_LOAD * cap:
                 cap *= 2
             self._rebuild(cap)
         self._place(keys, np.asarray(vals, dtype=np.int64), np.full(n, gen, dtype=np.int32))
