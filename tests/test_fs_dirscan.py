@@ -220,3 +220,40 @@ async def test_a_burst_of_events_in_one_directory_counts_the_same(
     assert per_path[str(d / "f299")] == 299 and per_path[str(d / "sparse")] == 100
     assert all(not k.endswith(".tmp") for k in per_path)
     assert rec.counts["hard_links"] == 1
+
+
+@needs_native
+async def test_a_listing_that_fails_midway_sweeps_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """getdents64 failing partway through a directory (EIO on a network file system): the
+    entries it did not reach are not gone, so nothing is counted again when a later round
+    lists them (scan_errors says what happened)."""
+    tree = tmp_path / "tree"
+    (tree / "d").mkdir(parents=True)
+    for i in range(4000):  # several getdents buffers of 64 KiB
+        write(tree / "d" / f"a-file-with-a-rather-long-name-{i:05d}", b"x" * 10)
+    real = dirscan.list_dir
+    failing = {"on": False, "calls": 0}
+
+    def flaky(fd: int, dir_id: int, max_entries: int) -> dirscan.Listing:
+        if failing["on"] and os.readlink(f"/proc/self/fd/{fd}").endswith("/d"):
+            failing["calls"] += 1
+            if failing["calls"] % 2 == 0:
+                raise OSError(5, "Input/output error")
+        return real(fd, dir_id, min(max_entries, 100))
+
+    monkeypatch.setattr(dirscan, "list_dir", flaky)
+    rec = Recorder()
+    c = collector(settings([str(tree)], mode="poll", poll_interval=0.05, settle=0.05), rec)
+    async with running(c, rec):
+        await quiesce(c)
+        failing["on"] = True
+        await quiesce(c)
+        await quiesce(c)
+        failing["on"] = False
+        await quiesce(c)
+        await quiesce(c)
+    assert failing["calls"] >= 2
+    assert rec.counts["scan_errors"] >= 1
+    assert rec.bytes_under(str(tree)) == 0 and rec.counts["files_created"] == 0

@@ -56,6 +56,7 @@ class ScanJob:
     scanned: list[int] = field(default_factory=list)
     mtimes: dict[int, int] = field(default_factory=dict)  # listed dir -> its mtime then
     clean: bool = False  # done, and no listed directory changed while it ran
+    partial: bool = False  # a directory could not be listed to its end
     on_done: Callable[[], None] | None = None
     native: bool = False  # listed with the native lister (dirscan.py), decided at start
     _iter: Iterator[os.DirEntry[bytes]] | None = None
@@ -90,7 +91,7 @@ class ScanJob:
         while used < budget:
             if self._iter is None and self._fd < 0:
                 if not self.stack:
-                    self.clean = self._unchanged(state)
+                    self.clean = not self.partial and self._unchanged(state)
                     state.sweep(self.scanned, self.gen, now, out)
                     self.entries += used
                     return True, used
@@ -190,6 +191,10 @@ class ScanJob:
         except OSError as exc:
             out.problem("scan_errors", f"cannot list {show(state.path(did))}: {exc.strerror}")
             self.close()
+            # Listed in part: what it did not reach is not gone (no sweep there, not clean).
+            self.scanned.remove(did)
+            self.mtimes.pop(did, None)
+            self.partial = True
             return 1
         if lst.done:
             self.close()
