@@ -32,7 +32,7 @@ from alarm.detector.alerts import AlertChange
 from alarm.events import Batch, SourceHealth
 from alarm.history import HistoryRequest
 from alarm.pipeline import Pipeline
-from alarm.snapshot import Snapshot
+from alarm.snapshot import Snapshot, SnapshotRequest
 from alarm.state import StateStore, storage_cause
 from alarm.statesave import ALARM_FINGERPRINT as STATE_ALARM
 from alarm.statesave import SavePlan
@@ -279,13 +279,17 @@ class Service:
         self._saves.saved(now, time.monotonic(), slow)
 
     def _snapshot(
-        self, now: float, health: dict[str, SourceHealth], history: HistoryRequest | None
+        self,
+        now: float,
+        health: dict[str, SourceHealth],
+        request: SnapshotRequest | HistoryRequest | None,
     ) -> Snapshot:
-        return self.pipeline.snapshot(now, self.config.http.top_contributors, health, {}, history)
+        return self.pipeline.snapshot(now, self.config.http.top_contributors, health, {}, request)
 
-    async def snapshot(self, history: HistoryRequest | None = None) -> Snapshot:
-        """``history``: with the last hour of these surfaces (the status page, the API)."""
-        snap = await self._on_pipeline(self._snapshot, time.time(), self._health(), history)
+    async def snapshot(self, request: SnapshotRequest | HistoryRequest | None = None) -> Snapshot:
+        """``request``: what to copy beyond the columns (a page's rows, the last hour of some
+        surfaces: the status page, the API; alarm/snapshot.py); None: every surface."""
+        snap = await self._on_pipeline(self._snapshot, time.time(), self._health(), request)
         if self.canary is not None:
             snap.egress_canary = self.canary.view()
         return snap
