@@ -10,7 +10,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from bench.detection import fleets, heldout, longfleet, reference, score
+from bench.detection import builders, fleets, heldout, longfleet, reference, score
 from bench.detection.fleets import Attack, Clock, Fleet, SurfaceInfo
 
 WEEK = Clock(fleets.ticks_per(7 * 86400.0))
@@ -584,7 +584,7 @@ def test_floors_are_judged_as_the_issue_states():
 @pytest.fixture(scope="module")
 def long_pair() -> tuple[Fleet, Fleet]:
     """A 42-day long fleet and its benign twin."""
-    return fleets.FLEETS["long"](4), longfleet.long_fleet(4, attacks=False)
+    return builders.FLEETS["long"](4), longfleet.long_fleet(4, attacks=False)
 
 
 def test_long_fleet_is_reproducible_by_seed(long_pair):
@@ -718,5 +718,5 @@ def test_heldout_picks_fleets_and_days():
     assert heldout.parse_seeds("none") == []
     with pytest.raises(Exception, match="comma list"):
         heldout.parse_fleets("nope")
-    assert fleets.DEFAULT_FLEETS == ("main", "sandbox") and "long" in fleets.FLEETS
-    assert fleets.DEFAULT_DAYS["long"] == longfleet.LONG_DAYS
+    assert builders.DEFAULT_FLEETS == ("main", "sandbox") and "long" in builders.FLEETS
+    assert builders.DEFAULT_DAYS["long"] == longfleet.LONG_DAYS

@@ -27,6 +27,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from alarm.config import config_from_dict  # noqa: E402
+from bench.detection import builders as registry  # noqa: E402
 from bench.detection import fleets, score  # noqa: E402
 from bench.detection.heldout import (  # noqa: E402
     parse_fleets,
@@ -43,16 +44,16 @@ def count(
     keep: Path,
     seeds: list[int],
     days: float | None,
-    builders: tuple[str, ...] | list[str] = fleets.DEFAULT_FLEETS,
+    builders: tuple[str, ...] | list[str] = registry.DEFAULT_FLEETS,
 ) -> dict[tuple[str, str, int], list[float]]:
     """(family, rule, week) -> [false pages, benign surface-weeks]; week 0 or 1 (the rest).
-    ``days`` None: each fleet's own (fleets.DEFAULT_DAYS)."""
+    ``days`` None: each fleet's own (registry.DEFAULT_DAYS)."""
     out: dict[tuple[str, str, int], list[float]] = {}
     rules = ("spike", "budget", "duty", "beacon")
     for seed in seeds:
         for builder in builders:
-            fleet = fleets.FLEETS[builder](
-                seed, fleets.DEFAULT_DAYS[builder] if days is None else days
+            fleet = registry.FLEETS[builder](
+                seed, registry.DEFAULT_DAYS[builder] if days is None else days
             )
             alerts = keep / fleet.name / "alerts.jsonl"
             if not alerts.exists():
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("keep", type=Path, help="the --keep directory of a heldout.py run")
     ap.add_argument("--seeds", type=parse_seeds, default=parse_seeds("6-25"))
     ap.add_argument("--days", type=float, default=None, help="default: each fleet's own")
-    ap.add_argument("--fleets", type=parse_fleets, default=list(fleets.DEFAULT_FLEETS))
+    ap.add_argument("--fleets", type=parse_fleets, default=list(registry.DEFAULT_FLEETS))
     args = ap.parse_args(argv)
     got = count(args.keep, args.seeds, args.days, args.fleets)
     families = sorted({f for f, _, _ in got})

@@ -92,7 +92,7 @@ latest start that ends an hour before the fleet does:
   of every written tick x 1.6) for 2 h.
 
 The *long* fleet (six weeks of weekly and fortnightly jobs, sessions, caches filled once,
-surfaces appearing mid-fleet, attacks from day 2; ``FLEETS["long"]``) is longfleet.py's, with
+surfaces appearing mid-fleet, attacks from day 2; builders.py's ``FLEETS["long"]``) is longfleet.py's, with
 its families and attacks documented there.
 """
 
@@ -768,26 +768,6 @@ def sandbox_fleet(seed: int, days: float = DAYS, tick: float = TICK, attacks: bo
             Attack("swarm", "sandbox", cols, onset, end, 8.0 * add_b, {"factor": 1 + SWARM_FACTOR})
         )
     return fleet
-
-
-def long_fleet(
-    seed: int, days: float | None = None, tick: float = TICK, attacks: bool = True
-) -> Fleet:
-    """Six weeks of an organisation's schedules (bench/detection/longfleet.py)."""
-    from bench.detection import longfleet
-
-    return longfleet.long_fleet(seed, longfleet.LONG_DAYS if days is None else days, tick, attacks)
-
-
-FLEETS: dict[str, Callable[..., Fleet]] = {
-    "main": main_fleet,
-    "sandbox": sandbox_fleet,
-    "long": long_fleet,
-}
-# What heldout.py, false_pages.py and tick_pages.py run unless told otherwise (the long fleet
-# is three times as long: its own runs, ``--fleets long``).
-DEFAULT_FLEETS: tuple[str, ...] = ("main", "sandbox")
-DEFAULT_DAYS: dict[str, float] = {"main": DAYS, "sandbox": DAYS, "long": 42.0}
 
 
 # -- capalarm's input ------------------------------------------------------------------------

@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.detection import fleets, longfleet, reference, score  # noqa: E402
+from bench.detection import builders, fleets, longfleet, reference, score  # noqa: E402
 
 FA_BUDGET = 1.0  # false alarms per surface-week: the references' operating point
 CHANCE = 0.01  # a detection whose chance (score.AttackOutcome.chance) is below this is real
@@ -81,12 +81,12 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def parse_fleets(text: str) -> list[str]:
-    """'main,sandbox', 'long' -> fleets.FLEETS keys."""
+    """'main,sandbox', 'long' -> builders.FLEETS keys."""
     names = [n.strip() for n in text.split(",") if n.strip()]
-    bad = [n for n in names if n not in fleets.FLEETS]
+    bad = [n for n in names if n not in builders.FLEETS]
     if bad or not names:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: fleets are a comma list of {', '.join(fleets.FLEETS)}"
+            f"{text!r}: fleets are a comma list of {', '.join(builders.FLEETS)}"
         )
     return list(dict.fromkeys(names))
 
@@ -203,9 +203,9 @@ def run_capalarm(fleet: fleets.Fleet, workdir: Path, with_kind: bool) -> Capalar
 
 @dataclass(slots=True)
 class Job:
-    builder: str  # fleets.FLEETS key
+    builder: str  # builders.FLEETS key
     seed: int
-    days: float | None  # None: the builder's own (fleets.DEFAULT_DAYS)
+    days: float | None  # None: the builder's own (builders.DEFAULT_DAYS)
     capalarm: bool
     with_kind: bool
     settings: list[reference.Setting]
@@ -226,8 +226,8 @@ class JobResult:
 
 def run_job(job: Job) -> JobResult:
     t0 = time.perf_counter()
-    days = fleets.DEFAULT_DAYS[job.builder] if job.days is None else job.days
-    fleet = fleets.FLEETS[job.builder](job.seed, days)
+    days = builders.DEFAULT_DAYS[job.builder] if job.days is None else job.days
+    fleet = builders.FLEETS[job.builder](job.seed, days)
     seconds = {"generate": time.perf_counter() - t0}
     cap = None
     if job.capalarm:
@@ -582,7 +582,7 @@ def report(
 ) -> str:
     tick = fleets.TICK
     days = ", ".join(
-        f"{b} {fleets.DEFAULT_DAYS[b] if args.days is None else args.days:g} days"
+        f"{b} {builders.DEFAULT_DAYS[b] if args.days is None else args.days:g} days"
         for b in args.fleets
     )
     out = [
@@ -762,9 +762,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--fleets",
         type=parse_fleets,
-        default=list(fleets.DEFAULT_FLEETS),
-        help=f"comma list of {', '.join(fleets.FLEETS)} (default: "
-        f"{','.join(fleets.DEFAULT_FLEETS)})",
+        default=list(builders.DEFAULT_FLEETS),
+        help=f"comma list of {', '.join(builders.FLEETS)} (default: "
+        f"{','.join(builders.DEFAULT_FLEETS)})",
     )
     ap.add_argument("--with-kind", action="store_true", help="write `kind` into each event")
     ap.add_argument("--no-capalarm", action="store_true", help="only the comparison detectors")

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.detection import fleets  # noqa: E402
+from bench.detection import builders  # noqa: E402
 from bench.detection.false_pages import count, rate  # noqa: E402
 from bench.detection.heldout import parse_seeds  # noqa: E402
 
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     other = args.keep.with_name(f"{args.keep.name}-{args.tick}")
     # fleets.py names each fleet "<builder>-s<seed>" (main-s6, sandbox-s6).
-    names = [f"{b}-s{seed}" for seed in args.seeds for b in fleets.DEFAULT_FLEETS]
+    names = [f"{b}-s{seed}" for seed in args.seeds for b in builders.DEFAULT_FLEETS]
     with ProcessPoolExecutor(args.workers) as pool:
         jobs = [pool.submit(rerun, args.keep / n, other / n, args.tick) for n in names]
         for job in jobs:
