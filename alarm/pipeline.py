@@ -566,10 +566,8 @@ class Pipeline:
             "spike": (det.spike_alerts.state.copy(), None),
             "budget": (det.budget_alerts.state.copy(), None),
             "drop": (det.drop_alerts.state.copy(), figures.drop_on),
-            "beacon": (det.beacon_alerts.state.copy(), figures.beacon_on),
-            "duty": (det.duty_alerts.state.copy(), figures.duty_on),
         }
-        for name, rule in det.rules.items():  # (the beacon rule, once one of them, stays put)
+        for name, rule in det.rules.items():  # beacon, duty and the rules on weeks
             rules[name] = (det.alert_banks[name].state.copy(), np.array(rule.enabled, dtype=bool))
         shift = np.full(n, np.nan)
         shift_threshold = np.full(n, np.nan)

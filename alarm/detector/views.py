@@ -62,7 +62,6 @@ class FigureRows(Protocol):
     _base: np.ndarray
     _drop: np.ndarray
     rules: Mapping[str, Any]
-    duty: Any
 
     def _spike_figures(self) -> tuple[np.ndarray, np.ndarray]: ...
 
@@ -79,19 +78,14 @@ class FigureColumns:
     baseline_ready: np.ndarray  # bool
     capacity_bps: np.ndarray  # Lampson bound, bits/s
     drop_on: np.ndarray  # bool: the drop rule is on for the row
-    beacon_on: np.ndarray
-    duty_on: np.ndarray
 
 
 def figure_columns(det: FigureRows) -> FigureColumns:
     """Every row's ``figures_of(row)`` rate, baseline, threshold and capacity, and
-    ``drop_on(row)``, ``beacon_on(row)``, ``duty_on(row)``, as arrays: a pure reader, the
-    same values (tests/test_snapshot.py)."""
+    ``drop_on(row)``, as arrays (a registered rule's on/off is its ``enabled``): a pure
+    reader, the same values (tests/test_snapshot.py)."""
     spike_threshold, spike_ready = det._spike_figures()
     judged = spike_ready & np.isfinite(spike_threshold)
-    # The beacon rule is a registered rule (rules/beacon.py) or, before it was, its own bank
-    # (not .get(): ``det.beacon`` is not there once it is a rule).
-    beacon = det.rules["beacon"] if "beacon" in det.rules else det.beacon  # noqa: SIM401
     return FigureColumns(
         rate=np.array(det._rate, dtype=np.float64),
         events_rate=np.array(det._events_rate, dtype=np.float64),
@@ -100,8 +94,6 @@ def figure_columns(det: FigureRows) -> FigureColumns:
         baseline_ready=np.array(spike_ready, dtype=bool),
         capacity_bps=np.array(det._capacity, dtype=np.float64),
         drop_on=np.asarray(det._drop) > 0,
-        beacon_on=np.array(beacon.enabled, dtype=bool),
-        duty_on=np.array(det.duty.enabled, dtype=bool),
     )
 
 
