@@ -226,13 +226,14 @@ class DutyRule(Rule):
         for name in self.STATE:  # the saved state is the bank's own arrays (restored in place)
             setattr(self, name, getattr(self.bank, name))
         self.resolve_hold = np.array([s.resolve_hold for s in settings], dtype=np.float64)
-        self._rate = np.zeros(len(rows.targets))
+        # The tick being judged (what an alert's summary quotes as the rate).
+        self._tick = TickInput(0.0, 1.0, 0.0, *([np.zeros(len(rows.targets))] * 3))
 
     def judge(self, t: TickInput) -> tuple[np.ndarray, np.ndarray] | None:
         breach, clear, breached, not_clear = self.bank.update(
             t.start, round(t.now / t.tick), t.nbytes
         )
-        self._rate = t.nbytes / t.tick if breached else self._rate
+        self._tick = t
         if not breached and not not_clear:
             return None  # every row clear: alerts at rest stay so, open ones may resolve
         return breach.copy(), clear.copy()
@@ -242,7 +243,7 @@ class DutyRule(Rule):
 
     def describe(self, row: int) -> tuple[float, float, str, dict[str, Any]]:
         duty = self.bank.figures(row)
-        rate = float(self._rate[row])
+        rate = float(self._tick.nbytes[row]) / self._tick.tick
         if duty["duty_statistic"] == "run":
             value, threshold = duty["duty_run_seconds"], duty["duty_run_threshold_seconds"]
             what = (
