@@ -45,7 +45,7 @@ def test_a_quiet_surface_written_in_every_tick_pages_within_minutes_and_strays_n
     rng = np.random.default_rng(11)
     history = _strays(rng, 2 * DAY)
     assert not _run(det, 0, history), "its ordinary strays paged"
-    assert np.isfinite(det.duty.threshold[0]), "not judged after a full day"
+    assert np.isfinite(det.rules["duty"].bank.threshold[0]), "not judged after a full day"
     # 10 bit/s as 12-13 bytes every tick.
     drip = np.diff(np.floor(10.0 / 8.0 * TICK * np.arange(DAY // 4 + 1)))
     changes = _run(det, 2 * DAY, drip)
@@ -78,10 +78,10 @@ def test_the_count_is_mute_on_a_surface_written_in_most_ticks_but_a_run_without_
     rng = np.random.default_rng(3)
     busy = np.where(rng.random(WEEK + 60) < 0.6, 1000, 0)
     assert not _run(det, 0, busy[: WEEK - 1]), "its ordinary writes paged"
-    assert det.duty.threshold[0] > 1.0 / (1.0 - det.duty.decay[0])
-    assert not np.isfinite(det.duty.run_threshold[0]), "the run judged before a week"
+    assert det.rules["duty"].bank.threshold[0] > 1.0 / (1.0 - det.rules["duty"].bank.decay[0])
+    assert not np.isfinite(det.rules["duty"].bank.run_threshold[0]), "the run judged before a week"
     assert not _run(det, WEEK - 1, busy[WEEK - 1 :])
-    assert np.isfinite(det.duty.run_threshold[0]), "the run not judged after a week"
+    assert np.isfinite(det.rules["duty"].bank.run_threshold[0]), "the run not judged after a week"
     fired = [c for c in _run(det, WEEK + 60, np.full(600, 1000)) if c.state == "firing"]
     assert len(fired) == 1
     first = fired[0]
@@ -108,7 +108,7 @@ def test_a_cache_pages_on_a_leak_written_without_a_pause_and_never_on_its_warm_u
     # A week with warm-ups of 15, 5, 12 and 8 minutes (90, 30, 72, 48 ticks), on four days.
     warmups = [(3000, 90), (DAY + 5000, 30), (3 * DAY + 1000, 72), (5 * DAY + 700, 48)]
     assert not _run(det, 0, _cache(rng, WEEK, warmups)), "its writes or warm-ups paged"
-    longest = det.duty.figures(0)["duty_longest_run_seconds"]
+    longest = det.rules["duty"].bank.figures(0)["duty_longest_run_seconds"]
     assert 900 <= longest < 1000, "the longest kept run is the 15-minute warm-up's"
     # Another warm-up as long as the longest: not a page.
     assert not _run(det, WEEK, _cache(rng, DAY // 4, [(100, 90)]))
@@ -123,7 +123,7 @@ def test_a_cache_pages_on_a_leak_written_without_a_pause_and_never_on_its_warm_u
 def test_a_surface_written_in_every_tick_always_is_mute():
     det = _detector()
     assert not _run(det, 0, np.full(WEEK + 600, 1000)), "a writer of every tick paged"
-    assert np.isfinite(det.duty.run_threshold[0])
+    assert np.isfinite(det.rules["duty"].bank.run_threshold[0])
 
 
 def test_a_restart_keeps_the_learned_days_and_an_open_page():
@@ -134,8 +134,8 @@ def test_a_restart_keeps_the_learned_days_and_an_open_page():
     assert [c.state for c in fired] == ["firing"]
     restored = _detector()
     restored.load_state(det.to_state())
-    assert restored.duty.threshold[0] == det.duty.threshold[0]
-    assert restored.duty.run_threshold[0] == det.duty.run_threshold[0]
+    assert restored.rules["duty"].bank.threshold[0] == det.rules["duty"].bank.threshold[0]
+    assert restored.rules["duty"].bank.run_threshold[0] == det.rules["duty"].bank.run_threshold[0]
     assert restored.surfaces[KEY].duty_alert.state == AlertState.FIRING
     # Still dripping after the restart: the same incident goes on, no second page.
     assert not [c for c in _run(restored, 2 * DAY + 60, np.full(60, 13)) if c.state == "firing"]

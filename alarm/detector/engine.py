@@ -215,7 +215,6 @@ class Detector:
             self._describers[name] = self._rule_describer(name)
         self.beacon_alerts = self.alert_banks["beacon"]
         self.duty_alerts = self.alert_banks["duty"]
-        self.duty = self.rules["duty"].bank  # its counts and days (read by tests and views)
         self.precedent = Precedent(self.ledger, derived)
         # Per registered rule: whether any of its alerts may be away from rest (a rule with
         # nothing to judge this tick steps its bank only then).
