@@ -77,7 +77,8 @@ class Rule:
         return self.rows.section(self.name)
 
     def judge(self, t: TickInput) -> tuple[np.ndarray, np.ndarray] | None:
-        """(breached, clear) per row, or None when nothing can change this tick."""
+        """(breached, clear) per row, or None when nothing can change this tick.  The arrays
+        are read during the tick only (the alert bank's step): a rule may hand over its own."""
         raise NotImplementedError
 
     def restored(self) -> None:

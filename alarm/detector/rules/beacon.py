@@ -119,7 +119,7 @@ class BeaconRule(Rule):
         if not self.bank.step(round(t.now / t.tick), t.nbytes):
             return None
         breach = self.bank.breach
-        return breach.copy(), ~breach
+        return breach, ~breach
 
     def describe(self, row: int) -> tuple[float, float, str, dict[str, Any]]:
         period = float(self.bank.period[row]) * self.rows.tick

@@ -236,7 +236,7 @@ class DutyRule(Rule):
         self._tick = t
         if not breached and not not_clear:
             return None  # every row clear: alerts at rest stay so, open ones may resolve
-        return breach.copy(), clear.copy()
+        return breach, clear
 
     def restored(self) -> None:
         self.bank.restored()
