@@ -235,4 +235,7 @@ async def test_a_body_that_would_decode_past_max_poll_bytes_is_refused_unparsed(
         counts = rec.counts()
         assert counts["poll_bytes_exceeded"] == 1 and counts["poll_errors"] == 1, counts
         assert "over max_poll_bytes (268435456)" in source.health.last_error
-        assert rss.growth < 48 * MiB + 24 * MiB, f"peak RSS grew {rss.growth} bytes"
+        # Decoding would take 1.2 GB.  The body itself is held once, and the reader's growing
+        # buffer may hold it again while it grows: a bound of 2.5x the body (it rose 74 MB under
+        # load in a full run, past the old 72 MiB bound) still tells the two apart.
+        assert rss.growth < 120 * MiB, f"peak RSS grew {rss.growth} bytes"
