@@ -16,6 +16,13 @@ created in), so the test process never changes its own namespace.
 
 Needs root, ``ip`` (iproute2) and ``nft`` (nftables); :func:`require_kernel` skips otherwise, or
 fails when ``CI=true`` (CI must run these).
+
+A workload of its own for ``socket cgroupv2`` rules: :func:`workload_cgroup` makes a cgroup v2
+group (``capalarm-<pid>-<hex>.slice/<name>.scope``) on the host's cgroup2 mount, and
+:meth:`FenceNetns.nft` loads rules that name it.  nft resolves a ``socket cgroupv2`` path as
+``/sys/fs/cgroup/<path>`` (the inode of that directory is the cgroup id the rule holds), so the
+path is relative to /sys/fs/cgroup, not to the cgroup2 root: ``unified/...`` on a hybrid
+layout, and it cannot resolve under ``ip netns exec``, which mounts a fresh /sys without them.
 """
 
 from __future__ import annotations
@@ -24,12 +31,15 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import secrets
 import shutil
+import signal
 import socket
 import struct
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -208,13 +218,26 @@ class FenceNetns:
             t.join(10)
             srv.close()
 
-    def counter(self) -> Sent:
+    def nft(self, script: str) -> str:
+        """Run an nft script (``nft -f -``) in the namespace, e.g. ``insert rule inet fence out
+        ...`` to put a rule before the catch-all ones.  Started from a thread that entered the
+        namespace, not by ``ip netns exec``: that mounts a fresh /sys for the namespace, with
+        nothing under /sys/fs/cgroup, where nft looks up ``socket cgroupv2`` paths."""
+        return run_in_netns(self.name, lambda: _run(["nft", "-f", "-"], stdin=script + "\n"))
+
+    def counter(self, log_prefix: str | None = None) -> Sent:
         """Packets and bytes the fence rules matched, from the nft counters (skb length =
-        IP total length for locally generated IPv4 packets)."""
+        IP total length for locally generated IPv4 packets); only the rules that log with
+        ``log_prefix`` (without the trailing space) when given."""
         doc = json.loads(_run(self.exec_argv(["nft", "-j", "list", "table", "inet", "fence"])))
         packets = nbytes = 0
         for item in doc.get("nftables", []):
-            for expr in item.get("rule", {}).get("expr", []):
+            exprs = item.get("rule", {}).get("expr", [])
+            if log_prefix is not None and not any(
+                e.get("log", {}).get("prefix") == log_prefix + " " for e in exprs
+            ):
+                continue
+            for expr in exprs:
                 if "counter" in expr:
                     packets += expr["counter"]["packets"]
                     nbytes += expr["counter"]["bytes"]
@@ -281,6 +304,142 @@ def fence_netns(
         yield FenceNetns(name, prefix, tuple(ports), protos)
     finally:
         subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+
+
+# nft(8) looks up a ``socket cgroupv2`` path here, whatever is mounted where: nftables'
+# src/datatype.c, cgroupv2_type_parse, stat()s "/sys/fs/cgroup/<path>" and keeps st_ino, which
+# on cgroup2 is the cgroup id the kernel compares with the ancestor at ``level`` of the sending
+# socket's cgroup.  A cgroup2 mount elsewhere (a private one, say) is not read.
+NFT_CGROUP_DIR = "/sys/fs/cgroup"
+
+
+def _unescape(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def cgroup2_mount() -> tuple[str, str] | None:
+    """(mount point, root within the hierarchy) of a cgroup2 mount that nft can see, i.e. at or
+    under /sys/fs/cgroup (``/sys/fs/cgroup`` on a unified layout, ``/sys/fs/cgroup/unified`` on
+    a hybrid one), from /proc/self/mountinfo (the last one listed: a later mount hides an
+    earlier one under it); None when there is none."""
+    found = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            sep = fields.index("-")
+            if fields[sep + 1] != "cgroup2":
+                continue
+            root, point = _unescape(fields[3]), _unescape(fields[4])
+            if point == NFT_CGROUP_DIR or point.startswith(NFT_CGROUP_DIR + "/"):
+                found = point, root
+    return found
+
+
+def require_cgroup2() -> None:
+    """:func:`require_kernel`, and a cgroup2 mount nft can resolve paths on: skip without one,
+    fail when ``CI=true``."""
+    import pytest
+
+    require_kernel()
+    if cgroup2_mount() is not None:
+        return
+    reason = f"no cgroup2 mounted at or under {NFT_CGROUP_DIR} (nft resolves cgroupv2 paths there)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true but {reason}")
+    pytest.skip(reason)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadCgroup:
+    dir: str  # its directory on the cgroup2 mount
+    path: str  # as a ``socket cgroupv2`` rule names it: relative to /sys/fs/cgroup
+    level: int  # its depth in the cgroup2 hierarchy: the rule's ``level``
+
+    def add(self, pid: int) -> None:
+        """Move process ``pid`` into the group (sockets it creates afterwards are the group's)."""
+        with open(os.path.join(self.dir, "cgroup.procs"), "w") as f:
+            f.write(f"{pid}\n")
+
+
+def _own_cgroup_dir(point: str, root: str) -> str:
+    """This process's cgroup2 directory on the mount (the mount point if it cannot tell)."""
+    with open("/proc/self/cgroup") as f:
+        own = next((ln[3:].strip() for ln in f if ln.startswith("0::")), "/")
+    if root != "/" or not os.path.isdir(point + own):
+        return point
+    return os.path.normpath(point + own)
+
+
+def _remove_cgroups(top: str, home: str) -> None:
+    """Move every process out of ``top`` and its descendants into ``home`` (SIGKILL one that
+    cannot be moved), then remove them, deepest first (bounded wait for exiting processes)."""
+    dirs = [d for d, _, _ in os.walk(top, topdown=False)]
+    for d in dirs:
+        with contextlib.suppress(FileNotFoundError):
+            with open(os.path.join(d, "cgroup.procs")) as f:
+                pids = [int(x) for x in f.read().split()]
+            for pid in pids:
+                try:
+                    with open(os.path.join(home, "cgroup.procs"), "w") as f:
+                        f.write(f"{pid}\n")
+                except ProcessLookupError:
+                    pass
+                except OSError:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                os.rmdir(d)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:  # EBUSY: a killed process has not left yet
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+
+
+def sweep_stale_cgroups() -> list[str]:
+    """Remove ``capalarm-<pid>-*.slice`` groups whose creating process is gone (as
+    :func:`sweep_stale_netns` does for namespaces)."""
+    found = cgroup2_mount()
+    if found is None:
+        return []
+    point, root = found
+    removed = []
+    for name in os.listdir(point):
+        parts = name.removesuffix(".slice").split("-")
+        if not name.endswith(".slice") or len(parts) != 3 or parts[0] != "capalarm":
+            continue
+        if not parts[1].isdigit() or os.path.exists(f"/proc/{parts[1]}"):
+            continue
+        with contextlib.suppress(OSError):
+            _remove_cgroups(os.path.join(point, name), _own_cgroup_dir(point, root))
+            removed.append(name)
+    return removed
+
+
+@contextlib.contextmanager
+def workload_cgroup(name: str = "agent-17") -> Iterator[WorkloadCgroup]:
+    """A cgroup v2 group ``capalarm-<pid>-<hex>.slice/<name>.scope`` on the cgroup2 mount nft
+    can see (:func:`cgroup2_mount`; :func:`require_cgroup2` first), as a sandbox runtime would
+    make one per workload.  On leaving, its processes are moved back to this process's cgroup
+    and the groups removed, whatever happened."""
+    found = cgroup2_mount()
+    if found is None:
+        raise RuntimeError(f"no cgroup2 mounted at or under {NFT_CGROUP_DIR}")
+    point, root = found
+    sweep_stale_cgroups()
+    top = os.path.join(point, f"capalarm-{os.getpid()}-{secrets.token_hex(3)}.slice")
+    scope = os.path.join(top, f"{name}.scope")
+    os.mkdir(top)
+    try:
+        os.mkdir(scope)
+        depth = len([p for p in root.split("/") if p]) + 2  # the mount's root, slice, scope
+        yield WorkloadCgroup(scope, os.path.relpath(scope, NFT_CGROUP_DIR), depth)
+    finally:
+        _remove_cgroups(top, _own_cgroup_dir(point, root))
 
 
 def inject_kmsg(text: str, level: int | None = 4) -> None:
