@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -62,7 +62,10 @@ class Kind:
     - ``newsurface``: (allowance bit/s, tolerance bits) a new surface starts from under rule
       ``newsurface`` when it states none.
     - ``workload``: where the Helm chart runs the sources that feed the kind.
-    - ``summary``: what the kind's surfaces are, for messages and docs."""
+    - ``summary``: what the kind's surfaces are, for messages and docs.
+    - ``classifier_counters``: counters the classifier keeps (``name``: an int attribute
+      of it, and its help text); what each source's batches add to one is that source's
+      counter ``classifier_<name>``, exported as ``capalarm_source_classifier_<name>_total``."""
 
     name: str
     match: type[BaseModel]
@@ -71,6 +74,7 @@ class Kind:
     newsurface: tuple[float, float]
     workload: Workload
     summary: str
+    classifier_counters: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not KIND_NAME.match(self.name) or self.name in RESERVED:

@@ -76,7 +76,9 @@ class SourceState:
     @property
     def declared_counters(self) -> list[str]:
         extra = SOURCE_TYPES[self.type].counters if self.type in SOURCE_TYPES else {}
-        return [*CORE_COUNTERS, *extra]
+        kind = KINDS.get(self.kind)
+        classified = [f"classifier_{c}" for c in kind.classifier_counters] if kind else []
+        return [*CORE_COUNTERS, *extra, *classified]
 
 
 @dataclass(slots=True)
@@ -179,7 +181,17 @@ class Pipeline:
         kind_rows = self._kind_rows.get(ev.kind)
         if kind_rows is None:  # a kind nothing declares or feeds: nowhere to count it
             raise ValueError(f"source {state.name!r} handed over {ev.kind!r} events")
-        return kind_rows[self.classifiers[ev.kind].classify(ev.subjects, state.name)]
+        classifier = self.classifiers[ev.kind]
+        counted = KINDS[ev.kind].classifier_counters
+        if not counted:
+            return kind_rows[classifier.classify(ev.subjects, state.name)]
+        # What the classifier counts while it classifies this source's batch is the source's.
+        before = [getattr(classifier, c) for c in counted]
+        surfaces = classifier.classify(ev.subjects, state.name)
+        for c, was in zip(counted, before, strict=True):
+            if getattr(classifier, c) != was:
+                state.counters[f"classifier_{c}"] += getattr(classifier, c) - was
+        return kind_rows[surfaces]
 
     def _named_rows(self, ev: WriteEvents) -> np.ndarray:
         """Subjects that name their surface ``(kind or None, name)``: the declared surface of

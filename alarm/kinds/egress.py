@@ -15,4 +15,9 @@ KIND = Kind(
     newsurface=(64e3, 64e6),
     workload="daemonset",
     summary="traffic through the kernel's egress fence",
+    classifier_counters={
+        "memo_evictions": "Flow keys dropped from the egress classifier's memo (memo_limit) "
+        "to make room for this source's new flows: each is looked up in the rules again if "
+        "seen; a steady rise is a spray of destinations.",
+    },
 )
