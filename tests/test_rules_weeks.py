@@ -298,3 +298,44 @@ def test_a_weekly_jobs_second_run_larger_than_its_first_is_folded_as_its_repeat(
     fired = replay(det, nbytes)
     weeks = sorted({t // WEEK for t, _ in fired})
     assert weeks in ([], [0]), f"runs after the first paged: weeks {weeks}"
+
+
+def test_the_ledger_keeps_each_weeks_longest_run_of_written_ticks_across_blocks_and_folds():
+    # The rules read "the longest run of written ticks" of each week (a session that writes
+    # for hours on end is not a cron job's blip).  Runs go on across five-minute blocks,
+    # across the buffer of ticks folded when it fills (a 1 s tick: 300 ticks a block), across
+    # a gap and across the turn of a week; checked against a tick-by-tick count.
+    from alarm.detector.rules.ledger import BLOCK, WEEK, WEEKS, Ledger
+
+    rng = np.random.default_rng(11)
+    n, tick = 6, 1.0
+    ledger = Ledger(n)
+    start = (T0 // WEEK + 1) * WEEK - 3600.0  # the ledger's week turns an hour in
+    p = np.array([0.0, 0.2, 0.9, 0.99, 1.0, 0.5])
+    run, longest = np.zeros(n), {}
+    t, block = start, None
+    for i in range(3 * 3600 + 1):
+        if i == 5000:
+            t += 777.0  # a gap: the blocks in between close empty, runs go on (as before)
+        last = i == 3 * 3600
+        if last:
+            t = (t // BLOCK + 1) * BLOCK  # a tick in the next block closes the last one
+        bits = np.where(rng.random(n) < p, 100.0, 0.0)
+        ledger.add(t, bits, bits / 100.0)
+        if t // BLOCK != block:  # a block starts with the run it is in (counted in its week)
+            block = t // BLOCK
+            week = int(block * BLOCK // WEEK)
+            longest[week] = np.maximum(longest.get(week, 0.0), run)
+        run = np.where(bits > 0, run + 1, 0.0)
+        if not last:
+            longest[week] = np.maximum(longest[week], run)
+        if i % 401 == 0:
+            assert np.array_equal(ledger.current(np.arange(n))[-1, 2], run)
+        t += tick
+    ledger.flush()
+    assert np.array_equal(ledger.run, run)
+    weeks = sorted(longest)
+    assert len(weeks) == 2
+    for week in weeks:
+        assert np.array_equal(ledger.week_run[week % WEEKS].astype(np.float64), longest[week])
+    assert longest[weeks[1]][4] > 7000  # the row that writes every tick: one run on and on
