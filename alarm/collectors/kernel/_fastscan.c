@@ -844,13 +844,15 @@ static inline const char *json_ws(const char *p, const char *e)
 }
 
 /* The end of the JSON string whose opening quote is at p (the closing quote), or NULL for
- * one with an escape: json.loads unescapes, and the message must be the bytes as they are. */
+ * one with an escape: json.loads unescapes, and the message must be the bytes as they are.
+ * NULL too for a tab inside it: whitespace between tokens, but a control character that
+ * json.loads refuses in a string (the entry is a parse error; it was read as traffic). */
 static inline const char *json_string_end(const char *p, const char *e)
 {
     for (const char *q = p + 1; q < e; q++) {
         if (*q == '"')
             return q;
-        if (*q == '\\')
+        if (*q == '\\' || *q == '\t')
             return NULL;
     }
     return NULL;
@@ -861,7 +863,8 @@ static inline const char *json_string_end(const char *p, const char *e)
  * strings without escapes or null, each of MESSAGE, __REALTIME_TIMESTAMP, _TRANSPORT and
  * SYSLOG_FACILITY at most once, a timestamp below 2**53 microseconds.  Everything else (numbers,
  * arrays such as a non-UTF-8 MESSAGE, escapes, duplicate keys, any byte outside printable
- * ASCII and tab, which str.splitlines or json.loads treat specially) is HDR_BAD. */
+ * ASCII and tab, a tab inside a string, which str.splitlines or json.loads treat specially)
+ * is HDR_BAD. */
 static int journal_header(scanner *sc, const char *s, const char *e, header *h)
 {
     for (const char *q = s; q < e; q++) {

@@ -47,6 +47,19 @@ if TYPE_CHECKING:
 # Batches at least this large go through the native scanner (below it, its fixed cost of a
 # few numpy arrays is more than the per-record parser's).
 NATIVE_BATCH = 32
+# The native scanner reads a kmsg stamp of up to 15 digits (microseconds) itself.
+_KMSG_USEC_LIMIT = 10**15
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (no lone surrogate)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class KernelSettings(SourceSettings):
@@ -443,11 +456,18 @@ class FenceReader:
                 continue  # not a fence record (the per-record path would skip it too)
             if len(msg) > MAX_LINE:
                 out.parse_errors += 1
-            elif "\n" in msg:
+                continue
+            usec = max(0, round((rec.ts - base) * 1e6))
+            # A record the scanner cannot read as a kmsg line goes the per-record way: a
+            # message spanning lines, one that is not UTF-8 (a journal entry's lone surrogate
+            # ended the batch in UnicodeEncodeError) and a time further from the batch's first
+            # than the scanner's 15-digit stamp (past 20 digits the line was dropped: neither
+            # bytes nor an error).
+            if "\n" in msg or usec >= _KMSG_USEC_LIMIT or not _utf8(msg):
                 rest.append(rec)
             else:
                 trust = "0" if rec.trusted or not strict else "8"
-                lines.append(f"{trust},0,{max(0, round((rec.ts - base) * 1e6))},-;{msg}")
+                lines.append(f"{trust},0,{usec},-;{msg}")
         if not lines:
             return FlowScan(), rest
         lines.append("")

@@ -41,6 +41,10 @@ _SYSLOG_3339_RE = re.compile(
 # The kernel's own uptime stamp that rsyslog's imklog leaves in front of the message.
 _UPTIME_RE = re.compile(r"\[ *\d{1,12}\.\d{1,9}\] ?", re.ASCII)
 
+# A journal entry's __REALTIME_TIMESTAMP (microseconds) is read below this: int64, as the
+# event columns hold it (the native scanner reads 16 digits, up to 2**53, itself).
+MAX_REALTIME_USEC = 1 << 63
+
 _MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 MONTHS: Mapping[str, int] = MappingProxyType({m: i for i, m in enumerate(_MONTH_NAMES, 1)})
 # Days before the first of each month in a non-leap year (index 1..12).
@@ -164,9 +168,14 @@ def parse_journal_json(obj: dict[str, Any]) -> KernelRecord | None:
     else:
         raise ValueError(f"MESSAGE of type {type(raw).__name__}")
     try:
-        ts = int(obj["__REALTIME_TIMESTAMP"]) / 1e6
+        usec = int(obj["__REALTIME_TIMESTAMP"])
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError("missing or bad __REALTIME_TIMESTAMP") from e
+    # journald's clock is an unsigned 64-bit count of microseconds, and its tick index must
+    # fit the pipeline's int64 columns: a 40-digit stamp ended the read in an OverflowError.
+    if not 0 <= usec < MAX_REALTIME_USEC:
+        raise ValueError(f"__REALTIME_TIMESTAMP out of range: {str(usec)[:40]}")
+    ts = usec / 1e6
     fac = obj.get("SYSLOG_FACILITY")
     facility = int(fac) if isinstance(fac, str) and fac.isascii() and fac.isdigit() else None
     return KernelRecord(
