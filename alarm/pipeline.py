@@ -74,11 +74,15 @@ class SourceState:
     sample_fresh: bool = False
 
     @property
-    def declared_counters(self) -> list[str]:
+    def declared_counters(self) -> dict[str, str]:
+        """Every counter the source keeps, with its help text: the core ones, its type's own
+        and its kind's classifier's."""
         extra = SOURCE_TYPES[self.type].counters if self.type in SOURCE_TYPES else {}
         kind = KINDS.get(self.kind)
-        classified = [f"classifier_{c}" for c in kind.classifier_counters] if kind else []
-        return [*CORE_COUNTERS, *extra, *classified]
+        classified = (
+            {f"classifier_{c}": doc for c, doc in kind.classifier_counters.items()} if kind else {}
+        )
+        return {**CORE_COUNTERS, **extra, **classified}
 
 
 @dataclass(slots=True)

@@ -15,7 +15,7 @@ is a ``SurfaceLayout`` built once and shared by every snapshot.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
@@ -83,7 +83,7 @@ class SourceView:
     kind: str
     health: SourceHealth
     counters: dict[str, int]
-    declared: list[str]  # the counters its type declares, exported even at 0
+    declared: Mapping[str, str]  # the counters it keeps and their help, exported even at 0
     watermark: float = 0.0  # event time up to which it has handed everything over
 
 

@@ -430,8 +430,8 @@ def source_families(snap: Snapshot) -> Iterable[Metric]:
     # Every counter: the core ones for every source, a type's own for the sources of that type.
     names: dict[str, str] = dict(CORE_COUNTERS)
     for v in snap.sources:
-        for c in v.declared:
-            names.setdefault(c, f"Source counter {c}.")
+        for c, doc in v.declared.items():
+            names.setdefault(c, doc)
     for counter, doc in names.items():
         fam = CounterMetricFamily(f"capalarm_source_{counter}", doc, labels=labels)
         for v in snap.sources:

@@ -112,3 +112,22 @@ async def test_service_exports_memo_evictions_when_flows_pass_memo_limit(tmp_pat
             return await scraped() == evicted
 
         await wait_for(exported, timeout=20)
+
+
+def test_every_source_counter_is_exported_with_its_own_help_text() -> None:
+    # A type's and a kind's counters said "Source counter <name>." in /metrics: the help
+    # they declare (what the counter means to an operator) was dropped on the way.
+    from alarm.kinds import KINDS
+    from exporters.prometheus import render
+
+    config = {
+        "sources": [{"name": "k", "type": "kmsg"}],
+        "surfaces": [{"name": "a", "match": {"dport": [443]}}],
+    }
+    pipe = Pipeline(config_from_dict(config))
+    text = render(pipe.snapshot(20.0, 10, {}, {}), [], None)[0]
+    text = text if isinstance(text, str) else text.decode()
+    helps = [line for line in text.splitlines() if line.startswith("# HELP capalarm_source_")]
+    assert helps and not [h for h in helps if " Source counter " in h]
+    doc = KINDS["egress"].classifier_counters["memo_evictions"]
+    assert f"# HELP {METRIC} {doc}" in helps

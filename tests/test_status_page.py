@@ -190,7 +190,7 @@ def crafted_snapshot() -> Snapshot:
             "egress",
             SourceHealth(up=True, caught_up=True, provenance_verified=True, last_record_ts=NOW - 2),
             {"records_read": 123_456, "records_lost": 0, "forged_records": 2},
-            ["records_read"],
+            {"records_read": "Records read."},
         ),
         SourceView(
             "scratch-watch",
@@ -198,7 +198,7 @@ def crafted_snapshot() -> Snapshot:
             "fs",
             SourceHealth(up=True, blind="watched tree /srv/scratch is gone " + HOSTILE),
             {"records_read": 10},
-            ["records_read"],
+            {"records_read": "Records read."},
         ),
         SourceView(
             "internal-pypi",
@@ -206,7 +206,7 @@ def crafted_snapshot() -> Snapshot:
             "registry",
             SourceHealth(up=False, errors=4, last_error=HOSTILE, last_error_at=NOW - 30),
             {},
-            [],
+            {},
         ),
     ]
     canary = CanaryView(
