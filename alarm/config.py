@@ -1,18 +1,24 @@
 """Configuration: YAML in, validated models out, every problem named by its key path.
 
 Defaults live here, per surface kind, so that a config only states what differs.  The
-reasoning behind the numbers is in docs/detector.md.  Source settings come from the source
-types (alarm/collectors/), the surface kinds (their ``match:``, default budgets) from the kind
-registry (alarm/kinds/), and the notification settings from alarm/notify_config.py: this
-module assembles them.
+reasoning behind the numbers is in docs/detector.md.  This module defines the model
+generically, with the notification settings from alarm/notify_config.py; what depends on what
+is registered comes as :class:`~alarm.settings.ConfigParts` from the composition root,
+alarm/assembly.py: the source types with their settings (alarm/collectors/), the surface kinds
+with their ``match:`` and default budgets (alarm/kinds/), and the fence canary's settings.
+They are read the first time a model is needed (``Config``, ``DEFAULT_BUDGETS``,
+``config_from_dict``, ``load_config``), so importing this module, as the detector and the
+exporters do, loads no collector.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
 import yaml
 from pydantic import (
@@ -25,16 +31,13 @@ from pydantic import (
     model_validator,
 )
 
-from alarm.collectors import SOURCE_TYPES
-from alarm.collectors.kernel.canary import EgressCanarySettings
-from alarm.collectors.registry import API_TAGS
 from alarm.kind import horizons
-from alarm.kinds import KIND_NAMES, KINDS
 from alarm.notify_config import DESTINATION_TYPES, TARGET_KINDS, NotificationsConfig
 from alarm.settings import (
     NAME_PATTERN,
     UNCLASSIFIED,
     ConfigError,
+    ConfigParts,
     Duration,
     Strict,
     parse_duration,
@@ -229,7 +232,8 @@ class BudgetRule(Strict):
         return self
 
 
-# Defaults per kind (each kind's module in alarm/kinds/ gives its own).  Each kind has three
+# Defaults per kind (each kind's module in alarm/kinds/ gives its own; DEFAULT_BUDGETS, once
+# assembled, holds them and UNCLASSIFIED_BUDGET).  Each kind has three
 # horizons, a token-bucket envelope (docs/detector.md): over a minute a surface may burst (high
 # allowance, small tolerance); over a day it must average far less (low allowance, larger
 # tolerance).
@@ -250,14 +254,9 @@ class BudgetRule(Strict):
 # - 1d: 0.5 bit/s, 128 Kibit: 43 kbit a day of strays (~30 packets) plus 16 KiB; the day
 #   horizon takes over from the hour one after about 20 h, as the envelope intends (with
 #   256 Kibit it did only after 44 h): a 2 bit/s drip is caught in a day, 1 bit/s in three.
-DEFAULT_BUDGETS: dict[str, Mapping[str, Any]] = {
-    **{name: kind.budget for name, kind in KINDS.items()},
-    UNCLASSIFIED: horizons(100.0, 65536.0, (2.0, 24576.0), (0.5, 131072.0)),
-}
+UNCLASSIFIED_BUDGET = horizons(100.0, 65536.0, (2.0, 24576.0), (0.5, 131072.0))
 # The kind of a surface that states none.
 DEFAULT_KIND = "egress"
-# A kind, as the config's per-kind keys (unclassified, aggregates) take it.
-SurfaceKind = Literal[KIND_NAMES]  # type: ignore[valid-type]
 # Bits of metadata an event may carry besides its payload (names, sizes, timing): an upper
 # bound, so a channel of empty packets still has capacity.
 DEFAULT_META_BITS_PER_EVENT = 64.0
@@ -265,6 +264,9 @@ DEFAULT_META_BITS_PER_EVENT = 64.0
 
 class SurfaceSettings(Strict):
     """What every surface has; each kind adds its ``match`` (the kind's classifier fields)."""
+
+    # The kind's default budget (set on each kind's model by assemble).
+    default_budget: ClassVar[Mapping[str, Any]]
 
     name: str = Field(pattern=NAME_PATTERN)
     spike: SpikeRule = SpikeRule()
@@ -283,25 +285,7 @@ class SurfaceSettings(Strict):
         return value
 
     def effective_budget(self) -> BudgetRule:
-        return self.budget or BudgetRule(**DEFAULT_BUDGETS[self.kind])  # type: ignore[attr-defined]
-
-
-def _surface_model(name: str) -> type[SurfaceSettings]:
-    """``{Kind}Surface``: SurfaceSettings with ``kind: <name>`` and the kind's ``match``."""
-    kind = KINDS[name]
-    tag = Literal[name]  # type: ignore[valid-type]
-    return create_model(  # type: ignore[call-overload, no-any-return]
-        kind.model_name,
-        __base__=SurfaceSettings,
-        __module__=__name__,
-        __doc__=f"A surface of kind {name}: {kind.summary}.",
-        kind=(tag, name) if name == DEFAULT_KIND else (tag, ...),
-        match=(kind.match, kind.match()),
-    )
-
-
-# kind -> its surfaces' model (EgressSurface, FsSurface, RegistrySurface, ...).
-SURFACE_MODELS: Mapping[str, type[SurfaceSettings]] = {name: _surface_model(name) for name in KINDS}
+        return self.budget or BudgetRule(**self.default_budget)
 
 
 def _tag(field_name: str, default: str) -> Callable[[Any], str]:
@@ -315,16 +299,12 @@ def _tag(field_name: str, default: str) -> Callable[[Any], str]:
     return tag
 
 
-SurfaceConfig = Annotated[
-    Union[tuple(Annotated[m, Tag(name)] for name, m in SURFACE_MODELS.items())],  # type: ignore[valid-type]  # noqa: UP007
-    Discriminator(_tag("kind", DEFAULT_KIND)),
-]
-SourceConfig = Annotated[
-    Union[tuple(Annotated[t.config, Tag(name)] for name, t in SOURCE_TYPES.items())],  # type: ignore[valid-type]  # noqa: UP007
-    Discriminator(_tag("type", "auto")),
-]
-# Tags pydantic puts in error locations, which are not keys the user wrote.
-_UNION_TAGS = frozenset({*KINDS, *SOURCE_TYPES, *API_TAGS, *DESTINATION_TYPES})
+def _tagged_union(models: Mapping[str, Any], field_name: str, default: str) -> Any:
+    """One of ``models``, chosen by ``field_name`` (``default`` when it is absent)."""
+    return Annotated[
+        Union[tuple(Annotated[m, Tag(name)] for name, m in models.items())],  # type: ignore[valid-type]  # noqa: UP007
+        Discriminator(_tag(field_name, default)),
+    ]
 
 
 class EventTime(Strict):
@@ -388,26 +368,40 @@ class AggregateRule(Strict):
     budget: BudgetRule | None = None
 
 
-class Config(Strict):
+def _default_sources() -> list[Any]:
+    return [{"name": "kernel"}]
+
+
+class ConfigBase(Strict):
+    """The configuration, as this module defines it; ``Config`` is this model assembled from
+    the registered parts (assemble).  The fields marked "assembled" have their place and
+    default here and their type there: the source types, the surface kinds, the canary's
+    settings."""
+
+    parts: ClassVar[ConfigParts]
+
     tick: Duration = 10.0
     state_dir: str = "/var/lib/capalarm"
     http: HttpConfig = HttpConfig()
-    sources: list[SourceConfig] = Field(
-        default_factory=lambda: [{"name": "kernel"}], validate_default=True
-    )
-    surfaces: list[SurfaceConfig] = []
+    # Assembled: one of the source types' settings, by ``type``.
+    sources: list[Any] = Field(default_factory=_default_sources, validate_default=True)
+    # Assembled: one of the kinds' surface models, by ``kind``.
+    surfaces: list[Any] = []
     event_time: EventTime = EventTime()
     # Unclassified surfaces per kind: default deny, so they get the tightest budget.
-    unclassified: dict[SurfaceKind, BudgetRule] = {}
+    # Assembled: keyed by a registered kind.
+    unclassified: dict[str, BudgetRule] = {}
     unclassified_spike: SpikeRule = SpikeRule()
     # The sum over all surfaces of a kind, with its own baseline and budget (swarm detection).
-    aggregates: dict[SurfaceKind, AggregateRule] = {}
+    # Assembled: keyed by a registered kind.
+    aggregates: dict[str, AggregateRule] = {}
     # Shorthand for unsigned generic webhooks; each becomes a notifications destination.
     webhooks: list[WebhookConfig] = []
     notifications: NotificationsConfig = NotificationsConfig()
     heavy_hitters: int = Field(64, ge=1, le=10000)  # contributors remembered per surface
     # Proof of sight for the fence itself (alarm/collectors/kernel/canary.py); off when absent.
-    egress_canary: EgressCanarySettings | None = None
+    # Assembled: the canary's settings model.
+    egress_canary: Any = None
 
     @field_validator("tick")
     @classmethod
@@ -420,7 +414,7 @@ class Config(Strict):
     # config_from_dict also runs them on the raw data (_cross_problems) and reports them with
     # the field errors in one pass; both use the same functions, so the lines are the same.
     @model_validator(mode="after")
-    def _unique_names(self) -> Config:
+    def _unique_names(self) -> ConfigBase:
         problems = _duplicate_names("surfaces", [s.name for s in self.surfaces])
         problems += _duplicate_names("sources", [s.name for s in self.sources])
         if problems:
@@ -428,26 +422,27 @@ class Config(Strict):
         return self
 
     @model_validator(mode="after")
-    def _selected_sources_exist(self) -> Config:
-        kinds = {s.name: SOURCE_TYPES[s.type].kind for s in self.sources}
+    def _selected_sources_exist(self) -> ConfigBase:
+        kinds = {s.name: self.parts.source_types[s.type].kind for s in self.sources}
         problems = _source_references(kinds, [(s.kind, _selected(s.match)) for s in self.surfaces])
         if problems:
             raise ValueError(problems[0])
         return self
 
     @model_validator(mode="after")
-    def _filters_name_known_kinds(self) -> Config:
-        problems = _filter_kinds([d.filter.kinds for d in self.notifications.destinations])
+    def _filters_name_known_kinds(self) -> ConfigBase:
+        filters = [d.filter.kinds for d in self.notifications.destinations]
+        problems = _filter_kinds(self.parts, filters)
         if problems:
             raise ValueError(problems[0])
         return self
 
     @model_validator(mode="after")
-    def _canary_sources_are_kernel_sources(self) -> Config:
+    def _canary_sources_are_kernel_sources(self) -> ConfigBase:
         canary = self.egress_canary
         if canary is None:
             return self
-        kinds = {s.name: SOURCE_TYPES[s.type].kind for s in self.sources}
+        kinds = {s.name: self.parts.source_types[s.type].kind for s in self.sources}
         # No kernel source at all is allowed: the chart gives the same keys to the pollers'
         # Deployment, which reads no fence; there the canary sends nothing.
         problems = _canary_references(kinds, canary.sources)
@@ -458,17 +453,110 @@ class Config(Strict):
     def source_kind(self, name: str) -> str:
         for s in self.sources:
             if s.name == name:
-                return SOURCE_TYPES[s.type].kind
+                return self.parts.source_types[s.type].kind
         raise KeyError(name)
 
     def kinds_in_use(self) -> list[str]:
         """Kinds with a declared surface or a source feeding them: each has an
         ``unclassified`` surface."""
-        kinds = {s.kind for s in self.surfaces} | {SOURCE_TYPES[s.type].kind for s in self.sources}
-        return [k for k in KINDS if k in kinds]
+        types = self.parts.source_types
+        kinds = {s.kind for s in self.surfaces} | {types[s.type].kind for s in self.sources}
+        return [k for k in self.parts.kinds if k in kinds]
 
     def unclassified_budget(self, kind: str) -> BudgetRule:
-        return self.unclassified.get(kind) or BudgetRule(**DEFAULT_BUDGETS[UNCLASSIFIED])  # type: ignore[call-overload]
+        return self.unclassified.get(kind) or BudgetRule(**UNCLASSIFIED_BUDGET)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigModels:
+    """The configuration's models, assembled from one set of parts."""
+
+    parts: ConfigParts
+    config: type[ConfigBase]  # ``Config``
+    default_budgets: Mapping[str, Mapping[str, Any]]  # kind (and unclassified) -> budget
+    # Tags pydantic puts in error locations, which are not keys the user wrote.
+    union_tags: frozenset[str]
+
+
+def assemble(parts: ConfigParts) -> ConfigModels:
+    """``Config`` for ``parts``: ``sources`` a union of the source types' settings by
+    ``type``, ``surfaces`` a union of one model per kind by ``kind`` (``{Kind}Surface``:
+    SurfaceSettings with ``kind: <name>`` and the kind's ``match``), the per-kind keys keyed
+    by the kinds, ``egress_canary`` the canary's settings."""
+    surfaces: dict[str, type[SurfaceSettings]] = {}
+    for name, kind in parts.kinds.items():
+        tag = Literal[name]  # type: ignore[valid-type]
+        model = create_model(  # type: ignore[call-overload]
+            kind.model_name,
+            __base__=SurfaceSettings,
+            __module__=__name__,
+            __doc__=f"A surface of kind {name}: {kind.summary}.",
+            kind=(tag, name) if name == DEFAULT_KIND else (tag, ...),
+            match=(kind.match, kind.match()),
+        )
+        model.default_budget = kind.budget
+        surfaces[name] = model
+    kind_key = Literal[tuple(parts.kinds)]  # type: ignore[valid-type]
+    source_models = {name: t.config for name, t in parts.source_types.items()}
+    config = create_model(  # type: ignore[call-overload]
+        "Config",
+        __base__=ConfigBase,
+        __module__=__name__,
+        __doc__=None,
+        sources=(
+            list[_tagged_union(source_models, "type", "auto")],  # type: ignore[misc]
+            Field(default_factory=_default_sources, validate_default=True),
+        ),
+        surfaces=(list[_tagged_union(surfaces, "kind", DEFAULT_KIND)], []),  # type: ignore[misc]
+        unclassified=(dict[kind_key, BudgetRule], {}),  # type: ignore[valid-type]
+        aggregates=(dict[kind_key, AggregateRule], {}),  # type: ignore[valid-type]
+        egress_canary=(parts.egress_canary | None, None),
+    )
+    config.parts = parts
+    return ConfigModels(
+        parts=parts,
+        config=config,
+        default_budgets={
+            **{name: kind.budget for name, kind in parts.kinds.items()},
+            UNCLASSIFIED: UNCLASSIFIED_BUDGET,
+        },
+        union_tags=frozenset(
+            {*parts.kinds, *parts.source_types, *parts.nested_tags, *DESTINATION_TYPES}
+        ),
+    )
+
+
+_models: ConfigModels | None = None
+# One ``Config`` class per process, whichever thread asks first.  Reentrant: a part that asked
+# for the models while being imported gets an ImportError naming it, not a hang.
+_assembling = threading.RLock()
+
+
+def _assembled() -> ConfigModels:
+    """The models of the parts the composition root names, assembled on first use."""
+    global _models
+    with _assembling:
+        if _models is None:
+            from alarm.assembly import PARTS  # the composition root; it imports no alarm.config
+
+            _models = assemble(PARTS)
+        return _models
+
+
+# The names that exist once assembled: ``from alarm.config import Config`` assembles.
+_ASSEMBLED_NAMES = {"Config": "config", "DEFAULT_BUDGETS": "default_budgets"}
+
+
+def __getattr__(name: str) -> Any:
+    field_name = _ASSEMBLED_NAMES.get(name)
+    if field_name is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(_assembled(), field_name)
+
+
+if TYPE_CHECKING:
+    Config = ConfigBase
+    DEFAULT_BUDGETS: Mapping[str, Mapping[str, Any]]
 
 
 def _selected(match: Any) -> list[Any]:
@@ -504,10 +592,10 @@ def _source_references(kinds: dict[str, str], surfaces: list[tuple[str, list[Any
     return problems
 
 
-def _filter_kinds(filters: list[list[Any]]) -> list[str]:
+def _filter_kinds(parts: ConfigParts, filters: list[list[Any]]) -> list[str]:
     """A destination filter's ``kinds`` are registered kinds or source/service: a misspelt
     one would match no alert, and the destination would silently get nothing."""
-    known = (*KINDS, *TARGET_KINDS)
+    known = (*parts.kinds, *TARGET_KINDS)
     return [
         f"notifications.destinations[{i}].filter.kinds: {kind!r} is not a kind ({', '.join(known)})"
         for i, kinds in enumerate(filters)
@@ -524,7 +612,7 @@ def _canary_references(kinds: dict[str, str], names: list[Any]) -> list[str]:
     ]
 
 
-def _cross_problems(data: dict[str, Any]) -> list[str]:
+def _cross_problems(parts: ConfigParts, data: dict[str, Any]) -> list[str]:
     """The whole-config checks, on the raw data as far as it can be read: what they find is
     reported together with the field errors, not only once those are fixed."""
 
@@ -552,20 +640,23 @@ def _cross_problems(data: dict[str, Any]) -> list[str]:
     filter_kinds = [f.get("kinds", []) if isinstance(f, dict) else [] for f in filters]
     problems = _duplicate_names("surfaces", names([s.get("name") for s in surfaces]))
     problems += _duplicate_names("sources", names([s.get("name") for s in sources]))
-    problems += _filter_kinds([[k] if isinstance(k, str) else names(k) for k in filter_kinds])
+    problems += _filter_kinds(
+        parts, [[k] if isinstance(k, str) else names(k) for k in filter_kinds]
+    )
+    types, known_kinds = parts.source_types, parts.kinds
     kinds = {
-        s["name"]: SOURCE_TYPES[text(s, "type", "auto")].kind
+        s["name"]: types[text(s, "type", "auto")].kind
         for s in sources
-        if isinstance(s.get("name"), str) and text(s, "type", "auto") in SOURCE_TYPES
+        if isinstance(s.get("name"), str) and text(s, "type", "auto") in types
     }
-    if all(text(s, "type", "auto") in SOURCE_TYPES for s in sources):
+    if all(text(s, "type", "auto") in types for s in sources):
         # every source's kind is known, so a reference to one can be judged
         refs = []
         for s in surfaces:
             match = s.get("match")
             kind = text(s, "kind", DEFAULT_KIND)
-            ok = isinstance(match, dict) and kind in KINDS
-            ok = ok and "source" in KINDS[kind].match.model_fields
+            ok = isinstance(match, dict) and kind in known_kinds
+            ok = ok and "source" in known_kinds[kind].match.model_fields
             refs.append((kind, names(match.get("source")) if ok else []))  # type: ignore[union-attr]
         problems += _source_references(kinds, refs)
         canary = data.get("egress_canary")
@@ -574,41 +665,43 @@ def _cross_problems(data: dict[str, Any]) -> list[str]:
     return problems
 
 
-def config_from_dict(data: Any) -> Config:
+def config_from_dict(data: Any) -> ConfigBase:
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(["(top level): expected a mapping of keys to values"])
+    models = _assembled()
     try:
-        return Config.model_validate(data)
+        return models.config.model_validate(data)
     except ValidationError as exc:
-        problems = [_match_hint(p, data) for p in problems_of(exc, _UNION_TAGS)]
-    problems += [p for p in _cross_problems(data) if p not in problems]
+        tags = models.union_tags
+        problems = [_match_hint(models.parts, p, data) for p in problems_of(exc, tags)]
+    problems += [p for p in _cross_problems(models.parts, data) if p not in problems]
     raise ConfigError(problems)
 
 
-def _types_feeding(kind: str) -> str:
-    types = sorted(name for name, t in SOURCE_TYPES.items() if t.kind == kind)
+def _types_feeding(parts: ConfigParts, kind: str) -> str:
+    types = sorted(name for name, t in parts.source_types.items() if t.kind == kind)
     if not types:  # a kind fed only by collectors given to the service, not by config
         return "no source type of the config feeds it"
     return f"declare a source of type {' or '.join(types)}"
 
 
-def config_warnings(config: Config) -> list[str]:
+def config_warnings(config: ConfigBase) -> list[str]:
     """What is valid but almost certainly not meant: a config that watches nothing, or a
     surface no source feeds.  ``check-config`` says these and still exits 0."""
     if not config.sources:
         return ["sources: none declared, so this config watches nothing (no writes are counted)"]
-    fed = {SOURCE_TYPES[s.type].kind for s in config.sources}
+    fed = {config.parts.source_types[s.type].kind for s in config.sources}
     return [
         f"surfaces[{i}] ({s.name!r}): no source feeds {s.kind} surfaces, so it watches nothing "
-        f"({_types_feeding(s.kind)})"
+        f"({_types_feeding(config.parts, s.kind)})"
         for i, s in enumerate(config.surfaces)
         if s.kind not in fed
     ]
 
 
-def _match_hint(problem: str, data: dict[str, Any]) -> str:
+def _match_hint(parts: ConfigParts, problem: str, data: dict[str, Any]) -> str:
     """'surfaces[2].match.dst: Extra inputs are not permitted' on an fs surface says which
     fields fs surfaces match on instead."""
     where, _, msg = problem.partition(": ")
@@ -619,13 +712,13 @@ def _match_hint(problem: str, data: dict[str, Any]) -> str:
         kind = data["surfaces"][int(head[len("surfaces[") : -1])].get("kind", DEFAULT_KIND)
     except (KeyError, IndexError, ValueError, TypeError, AttributeError):
         return problem
-    if not isinstance(kind, str) or kind not in KINDS:
+    if not isinstance(kind, str) or kind not in parts.kinds:
         return problem
-    fields = ", ".join(KINDS[kind].match.model_fields)
+    fields = ", ".join(parts.kinds[kind].match.model_fields)
     return f"{where}: {key!r} is not a match field of {kind} surfaces (they match on {fields})"
 
 
-def load_config(path: str | Path | None) -> Config:
+def load_config(path: str | Path | None) -> ConfigBase:
     """Load FILE, or the embedded default when path is None."""
     if path is None:
         text = resources.files("alarm").joinpath("default.yaml").read_text()

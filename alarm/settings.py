@@ -1,13 +1,19 @@
 """What every configuration model shares: strict models, durations, names, and errors that name
 their key path.  A leaf module: the source, classifier and notification models import it, and
-``alarm.config`` assembles them into the one configuration."""
+``alarm.config`` assembles them into the one configuration, from the :class:`ConfigParts` the
+composition root (alarm/assembly.py) names."""
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+
+if TYPE_CHECKING:
+    from alarm.kind import Kind
 
 UNCLASSIFIED = "unclassified"
 # Surface and source names: they become label values, so they are short and plain.
@@ -41,6 +47,31 @@ class Strict(BaseModel):
     """Unknown keys are errors (a typo must not silently turn a rule off); values are frozen."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceTypeModel(Protocol):
+    """What the configuration reads of a source type (``alarm.collectors.base.SourceType``)."""
+
+    @property
+    def config(self) -> Any:
+        """Its settings model, or a tagged union of models sharing its ``type``."""
+
+    @property
+    def kind(self) -> str:
+        """The kind of surface it feeds."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigParts:
+    """What the one configuration is assembled from besides its own models.  The composition
+    root (alarm/assembly.py) names them, so ``alarm.config`` names no collector and no kind."""
+
+    source_types: Mapping[str, SourceTypeModel]  # by the config's ``type``
+    kinds: Mapping[str, Kind]  # by a surface's ``kind``
+    egress_canary: type[BaseModel]  # the model of ``egress_canary:``, the fence canary's
+    # Tags pydantic puts in error locations for unions nested in a source's settings (the
+    # registry source's ``api``): not keys the user wrote.
+    nested_tags: frozenset[str] = frozenset()
 
 
 class ConfigError(Exception):
