@@ -294,6 +294,7 @@ async def test_surface_blind_fires_when_the_tree_cannot_be_seen_and_resolves_whe
 
 
 async def test_reloads_that_rebuild_the_fs_source_count_every_byte_once(tmp_path: Path) -> None:
+    max_files = 6000  # about what 40 reloads see written at 2 ms a file
     # A reload that changes an fs source stops it and builds a new one from what is saved;
     # the old one's last batches (their positions and ledger rows) must be saved before the
     # new one reads them, or it finds their files unknown and counts them again.
@@ -305,8 +306,10 @@ async def test_reloads_that_rebuild_the_fs_source_count_every_byte_once(tmp_path
     stop = threading.Event()
 
     def writer() -> None:
+        # At most max_files: the work each rebuilt source does grows with the tree, so an
+        # unbounded writer on a slow machine would make every reload slower than the last.
         i = 0
-        while not stop.is_set():
+        while not stop.is_set() and i < max_files:
             write(scratch / f"w{i}", os.urandom(200 + i % 700))
             i += 1
             time.sleep(0.002)
