@@ -12,12 +12,21 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
+import numpy as np
 from pydantic import BaseModel
 
-if TYPE_CHECKING:
-    from alarm.classify import Classifier
+
+class Classifier(Protocol):
+    """What a kind's classifier does (alarm/classify/): map a batch's subjects to the kind's
+    declared surfaces, first match wins, -1 for the kind's ``unclassified``."""
+
+    kind: str
+    surfaces: list[str]  # declared surfaces of the kind, in rule order
+
+    def classify(self, subjects: Any, source: str) -> np.ndarray: ...
+
 
 # A kind is a label value and a config key: short and plain.  ``source`` and ``service`` are
 # the other values a notification route's ``kinds`` filter takes; ``unclassified`` and

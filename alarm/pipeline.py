@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from alarm.classify import Classifier
 from alarm.collectors import SOURCE_TYPES
 from alarm.config import Config
 from alarm.detector.alerts import AlertChange
@@ -41,6 +40,7 @@ from alarm.events import (
 )
 from alarm.eventtime import EventClock
 from alarm.history import History, HistoryRequest
+from alarm.kind import Classifier
 from alarm.kinds import KINDS
 from alarm.sanitize import sanitize
 from alarm.settings import UNCLASSIFIED

@@ -22,13 +22,20 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import numpy as np
 from pydantic import AfterValidator, field_validator
 
-from alarm.collectors.kernel.fence import FlowSubjects
 from alarm.settings import Strict
+
+
+class FlowSubjects(Protocol):
+    """What the classifier reads of a batch's egress subjects (the kernel source's
+    ``FlowSubjects``, alarm/collectors/kernel/fence.py): the flow columns of its scan."""
+
+    scan: Any
+
 
 FenceKey = tuple[str, str, int | None, str, int | None, str]  # dst, proto, dpt, out, uid, prefix
 
