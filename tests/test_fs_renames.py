@@ -145,3 +145,66 @@ async def test_an_overflow_reconcile_never_counts_a_file_renamed_while_it_lists(
     assert rec.counts["queue_overflows"] >= 3
     assert rec.bytes_under(str(tree)) == MIB
     assert rec.counts["files_created"] == 1
+
+
+class _Queue:
+    """The watcher's reader, holding the chunks of events a test hands it."""
+
+    def __init__(self, *chunks: list[tuple[int, int, int, bytes]]) -> None:
+        self.chunks = [(0.0, events) for events in chunks]
+
+    def take(self, max_events: int) -> tuple[list, bool]:
+        chunks, self.chunks = self.chunks[:1], self.chunks[1:]
+        return chunks, bool(self.chunks)
+
+
+class _Ops:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def vanish(self, did: int, name: bytes, ts: float, moved: bool = False) -> None:
+        self.calls.append(("vanish", name, moved))
+
+    def move(self, d1: int, n1: bytes, d2: int, n2: bytes, ts: float) -> None:
+        self.calls.append(("move", n1, n2))
+
+    def touch(self, did: int, name: bytes, ts: float, **kw: object) -> None:
+        self.calls.append(("touch", name, kw.get("change", "")))
+
+
+def test_a_rename_whose_other_half_an_overflow_dropped_is_not_a_move_out_of_the_trees() -> None:
+    # The kernel queues a rename's two halves back to back; when the queue fills between
+    # them, IN_MOVED_TO is dropped and IN_Q_OVERFLOW queued.  Taken as a move out of the
+    # trees, the file came back "moved in" (its FROM lost in the next overflow) and was
+    # counted again: 2 MiB for a 1 MiB file, about once in eight runs of the overflow test
+    # above.  It is gone for all the watcher knows: the reconcile finds it again.
+    from alarm.collectors.fs import inotify as ino
+    from alarm.collectors.fs.state import FileState
+    from alarm.collectors.fs.watch_inotify import InotifyWatch
+
+    def translate(*chunks: list[tuple[int, int, int, bytes]]) -> list[tuple]:
+        watch = InotifyWatch(FileState([b"/t"], 0.0), lambda: None, 1 << 10)
+        watch.wds[3] = 1
+        watch.reader = _Queue(*chunks)  # type: ignore[assignment]
+        ops = _Ops()
+        try:
+            for _ in range(3):
+                watch.translate(ops, 100, 1e9)  # type: ignore[arg-type]
+        finally:
+            watch.inotify.close()
+        return ops.calls
+
+    overflow = (-1, ino.IN_Q_OVERFLOW, 0, b"")
+    # The overflow right after the FROM, in the same read and in the next one.
+    assert translate([(3, ino.IN_MOVED_FROM, 7, b"blob"), overflow]) == [("vanish", b"blob", False)]
+    assert translate([(3, ino.IN_MOVED_FROM, 7, b"blob")], [overflow]) == [
+        ("vanish", b"blob", False)
+    ]
+    # Without an overflow: a move when the pair comes (even a read later), out when not.
+    assert translate([(3, ino.IN_MOVED_FROM, 7, b"a")], [(3, ino.IN_MOVED_TO, 7, b"b")]) == [
+        ("move", b"a", b"b")
+    ]
+    assert translate([(3, ino.IN_MOVED_FROM, 7, b"a"), (3, ino.IN_CREATE, 0, b"c")]) == [
+        ("vanish", b"a", True),
+        ("touch", b"c", ""),
+    ]

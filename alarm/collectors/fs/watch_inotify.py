@@ -98,6 +98,10 @@ class InotifyWatch:
                 if mask & ino.IN_Q_OVERFLOW:
                     if res.overflow_at is None:
                         res.overflow_at = ts
+                    # A MOVED_FROM just before the overflow: its MOVED_TO may be among what
+                    # was dropped, so it did not move out for all we know; gone, and found
+                    # again by the reconcile if it is still in the trees (never a new file).
+                    self._release(ops, moved=False)
                     continue
                 did = wds.get(wd)
                 if did is None:
@@ -135,16 +139,20 @@ class InotifyWatch:
                     continue
                 if mask & (ino.IN_CREATE | ino.IN_MODIFY | ino.IN_CLOSE_WRITE | ino.IN_ATTRIB):
                     ops.touch(did, name, ts, wrote=bool(mask & ino.IN_MODIFY))
-        if held and (
-            more or not chunks or now - max(t for t, _, _ in held.values()) >= HOLD_SECONDS
+        # Held while more is queued: its pair, or an overflow that says the pair may be lost,
+        # can be the next event read.
+        if (
+            held
+            and not more
+            and (not chunks or now - max(t for t, _, _ in held.values()) >= HOLD_SECONDS)
         ):
             self._release(ops)
         return res, more
 
-    def _release(self, ops: Touches) -> None:
+    def _release(self, ops: Touches, moved: bool = True) -> None:
         for ts, did, name in self._held.values():
             # Moved out of every tree, or into a directory not watched yet (found by its scan).
-            ops.vanish(did, name, ts, moved=True)
+            ops.vanish(did, name, ts, moved=moved)
         self._held.clear()
 
     def check_ignored(
