@@ -31,7 +31,6 @@ import contextlib
 import ctypes
 import json
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -43,6 +42,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
+
+from alarm.collectors.fs.mounts import mount_table
 
 T = TypeVar("T")
 
@@ -313,25 +314,17 @@ def fence_netns(
 NFT_CGROUP_DIR = "/sys/fs/cgroup"
 
 
-def _unescape(field: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
 def cgroup2_mount() -> tuple[str, str] | None:
     """(mount point, root within the hierarchy) of a cgroup2 mount that nft can see, i.e. at or
     under /sys/fs/cgroup (``/sys/fs/cgroup`` on a unified layout, ``/sys/fs/cgroup/unified`` on
     a hybrid one), from /proc/self/mountinfo (the last one listed: a later mount hides an
     earlier one under it); None when there is none."""
     found = None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            sep = fields.index("-")
-            if fields[sep + 1] != "cgroup2":
-                continue
-            root, point = _unescape(fields[3]), _unescape(fields[4])
-            if point == NFT_CGROUP_DIR or point.startswith(NFT_CGROUP_DIR + "/"):
-                found = point, root
+    for point, fstype, root in mount_table():
+        if fstype == "cgroup2" and (
+            point == NFT_CGROUP_DIR or point.startswith(NFT_CGROUP_DIR + "/")
+        ):
+            found = point, root
     return found
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from alarm.collectors.fs.mounts import mount_table
 from alarm.collectors.fs.workload import Workloads, workload_of
 from tests.test_fs_kit import (
     CI,
@@ -37,12 +38,7 @@ sys.stdin.readline()  # alive until its writes were read (a pid that is gone nam
 
 
 def cgroup2_mount() -> Path | None:
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            if right.split()[:1] == ["cgroup2"]:
-                return Path(left.split()[4])
-    return None
+    return next((Path(m.point) for m in mount_table() if m.fstype == "cgroup2"), None)
 
 
 def make_pod_cgroup(request: pytest.FixtureRequest) -> tuple[Path, str, str]:

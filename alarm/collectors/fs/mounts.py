@@ -5,6 +5,8 @@ network and FUSE file systems report no events for writes made elsewhere (inotif
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 # File systems whose writes may come from other hosts, or that a FUSE daemon serves.
 POLLED_TYPES = frozenset(
     {
@@ -41,8 +43,14 @@ def _unescape(field: str) -> str:
     return "".join(out)
 
 
-def _mounts(mountinfo: str) -> list[tuple[str, str]]:
-    """(mount point, file system type) of every mount, in mountinfo order."""
+class Mount(NamedTuple):
+    point: str  # where it is mounted
+    fstype: str
+    root: str  # the directory of its file system mounted there ("/": the whole of it)
+
+
+def mount_table(mountinfo: str = "/proc/self/mountinfo") -> list[Mount]:
+    """Every mount, in mountinfo order (a later one hides an earlier one under it)."""
     try:
         with open(mountinfo, encoding="utf-8", errors="surrogateescape") as f:
             lines = f.read().splitlines()
@@ -53,7 +61,8 @@ def _mounts(mountinfo: str) -> list[tuple[str, str]]:
         left, sep, right = line.partition(" - ")
         fields = left.split()
         if sep and len(fields) >= 5:
-            out.append((_unescape(fields[4]), right.split()[0] if right else ""))
+            fstype = right.split()[0] if right else ""
+            out.append(Mount(_unescape(fields[4]), fstype, _unescape(fields[3])))
     return out
 
 
@@ -61,7 +70,7 @@ def mounts_inside(trees: list[str], mountinfo: str = "/proc/self/mountinfo") -> 
     """Mount points strictly inside any of ``trees`` (a file system mounted on a
     subdirectory: an inotify watch on the directory it covers sees nothing of it)."""
     out = set()
-    for point, _type in _mounts(mountinfo):
+    for point, _type, _root in mount_table(mountinfo):
         for tree in trees:
             if point.startswith(tree.rstrip("/") + "/"):
                 out.add(point)
@@ -71,7 +80,7 @@ def mounts_inside(trees: list[str], mountinfo: str = "/proc/self/mountinfo") -> 
 def fs_type(path: str, mountinfo: str = "/proc/self/mountinfo") -> str:
     """The type of the file system ``path`` is on (the longest mount point above it)."""
     best, best_type = "", ""
-    for point, type_ in _mounts(mountinfo):
+    for point, type_, _root in mount_table(mountinfo):
         under = path == point or path.startswith(point.rstrip("/") + "/")
         if under and len(point) >= len(best):
             best, best_type = point, type_
