@@ -17,7 +17,7 @@ Two kinds of precedent, either enough:
   ``CLOCK_MARGIN`` x the largest of the previous weeks, the tick's bits within ``TICK_MARGIN``.  One earlier
   occurrence is enough: a job that recurs on the clock; while there has been only one (a
   weekly job's second run, a fortnightly job's), ``FIRST_REPEAT_MARGIN`` instead of
-  ``MARGIN``: a single run says nothing of how much the runs vary.
+  ``CLOCK_MARGIN``: a single run says nothing of how much the runs vary.
 - **any time, in two weeks**: the last tick, ten minutes, hour and day, in bits, writes and
   written ticks, and the run, each within ``MARGIN`` x the *second* largest weekly maximum of
   the previous weeks.  The surface did as much in two different weeks before this one: one
@@ -50,7 +50,7 @@ import numpy as np
 from alarm.detector.rules.ledger import DAY, HORIZONS, HOUR, Ledger
 from alarm.detector.rules.newsurface import LEARNING
 
-MARGIN = 1.3
+MARGIN = 1.3  # any time, against the second largest weekly maximum
 # On the clock with two earlier occurrences or more: a job's runs vary (the long fleet's jobs
 # by a lognormal of sigma 0.13-0.15), and at 1.3 three of 430 later runs on the choice seeds
 # (1-5, 16-20) went past the largest earlier one by 1.31-1.40x and paged; at 1.4 none did, and
@@ -58,7 +58,7 @@ MARGIN = 1.3
 CLOCK_MARGIN = 1.4
 # On the clock with one earlier occurrence only: how much a job's runs vary is not known yet,
 # and its second run carried 1.3-1.8x its first on the long fleet's choice seeds (a job whose
-# data grows).  From two earlier occurrences on, MARGIN.
+# data grows).  From two earlier occurrences on, CLOCK_MARGIN.
 FIRST_REPEAT_MARGIN = 2.0
 # An earlier week whose largest hour is at least this share of the slot's precedent is one
 # occurrence of it.
