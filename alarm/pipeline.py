@@ -581,9 +581,8 @@ class Pipeline:
         rules: dict[str, tuple[np.ndarray, np.ndarray | None]] = {
             "spike": (det.spike_alerts.state.copy(), None),
             "budget": (det.budget_alerts.state.copy(), None),
-            "drop": (det.drop_alerts.state.copy(), figures.drop_on),
         }
-        for name, rule in det.rules.items():  # beacon, duty and the rules on weeks
+        for name, rule in det.rules.items():  # drop, beacon, duty and the rules on weeks
             rules[name] = (det.alert_banks[name].state.copy(), np.array(rule.enabled, dtype=bool))
         shift = np.full(n, np.nan)
         shift_threshold = np.full(n, np.nan)

@@ -40,6 +40,7 @@ enum { LEN_N, LEN_M, LEN_A, LEN_2N, LEN_3N, LEN_HN, LEN_2HN, LEN_24N, LEN_96N, L
     X(READY, "ready", 1, LEN_N) X(MEAN, "window_mean", 8, LEN_HN)                             \
     X(PROJ, "projected", 8, LEN_N) X(BRATIO, "budget_ratio", 8, LEN_N)                        \
     X(BBREACH, "budget_breach", 1, LEN_N) X(LEARNING, "learning", 1, LEN_N)                   \
+    X(REL_PROJ, "relative.projected", 8, LEN_N) X(REL_RATIO, "relative.ratio", 8, LEN_N)      \
     X(RISE_FLOOR, "rise_floor", 8, LEN_HN) X(K_FLOOR, "k_floor", 8, LEN_HN)                   \
     X(A_FLOOR, "allowance_floor", 8, LEN_HN) X(T_FLOOR, "tolerance_floor", 8, LEN_HN)         \
     X(MARGIN_S, "margin_seconds", 8, LEN_HN) X(DECLARED, "declared", 1, LEN_HN)               \
@@ -597,15 +598,17 @@ static PyObject *do_rules(TickObject *t, double now, double tick) {
         clear[i] = (worst <= log_hyst[i]) & (rate[i] <= absolute[i]);
         settled[i] = (double)sz_age[i] * tick >= t->c.warmup_seconds;
     }
-    /* The budgets; the seasonal (relative) budget is off on this path (fused.py). */
+    /* The budgets: the absolute horizons, and the seasonal (relative) budget's projection
+     * and ratio, which Python (relative.py) wrote before this call where it is on (0 where
+     * it is off): one budget alert per surface, whichever of them fires. */
     budgets(t, tick);
     const uint8_t *b_enabled = B(B_ENABLED);
     uint8_t *bbreach = B(BBREACH);
     double *bratio = D(BRATIO);
-    const double *proj = D(PROJ);
+    const double *proj = D(PROJ), *rel_proj = D(REL_PROJ), *rel_ratio = D(REL_RATIO);
     for (Py_ssize_t i = 0; i < n; i++) {
-        bbreach[i] = (b_enabled[i] & 1) & (proj[i] > 1.0);
-        bratio[i] = max_d(bratio[i], 0.0);
+        bbreach[i] = (b_enabled[i] & 1) & ((proj[i] > 1.0) | (rel_proj[i] > 1.0));
+        bratio[i] = max_d(bratio[i], rel_ratio[i]);
     }
     /* The aggregates: what a member breached is not the aggregate's, and the members
      * statistic (MemberShift.judge). */

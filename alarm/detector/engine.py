@@ -104,6 +104,7 @@ class Detector:
         self.baseline = self.spike.baseline  # the rate level (what drop and figures read)
         self.budget = BudgetBank(plan.budget, config.tick, plan.derived, plan.floors)
         self.relative = RelativeBank(plan.budget, config.tick)
+        self._relative_on = bool(self.relative.enabled.any())
         self._meta = plan.meta_bits
         self.spike_alerts = AlertBank(
             self.targets,
@@ -113,14 +114,6 @@ class Detector:
         )
         self._escalate = np.array([r.escalate_ratio for r in plan.spike], dtype=np.float64)
         self._escalate[self._escalate <= 0] = np.inf
-        self._drop = np.array([r.drop_ratio if r.enabled else 0.0 for r in plan.spike])
-        self.drop_alerts = AlertBank(
-            self.targets,
-            "drop",
-            np.array([r.drop_hold for r in plan.spike]),
-            np.array([r.resolve_hold for r in plan.spike]),
-        )
-        self._drop_threshold = np.zeros(n)
 
         def at_once(rule: str, rules: Sequence[BudgetRule]) -> AlertBank:
             """The alert bank of a rule that fires on its first breached tick."""
@@ -133,7 +126,6 @@ class Detector:
         self.alert_banks: dict[str, AlertBank] = {
             "spike": self.spike_alerts,
             "budget": self.budget_alerts,
-            "drop": self.drop_alerts,
         }
 
         # Member row -> its aggregate's index (or the dummy index len(aggregates)).
@@ -193,7 +185,6 @@ class Detector:
         self._describers = {
             "spike": self._describe_spike,
             "budget": self._describe_budget,
-            "drop": self._describe_drop,
         }
         # The registered rules (rules/), after the core ones, on the shared ledger of weeks.
         self.ledger = Ledger(n)
@@ -207,12 +198,14 @@ class Detector:
             plan.aggregate_of,
             plan.settings,
             plan.budget,
+            plan.spike,
             config.tick,
         )
         self.rules = {name: rule(rule_rows) for name, rule in RULES.items()}
         for name, rule in self.rules.items():
-            self.alert_banks[name] = AlertBank(self.targets, name, np.zeros(n), rule.resolve_hold)
+            self.alert_banks[name] = AlertBank(self.targets, name, rule.hold, rule.resolve_hold)
             self._describers[name] = self._rule_describer(name)
+        self.drop_alerts = self.alert_banks["drop"]
         self.beacon_alerts = self.alert_banks["beacon"]
         self.duty_alerts = self.alert_banks["duty"]
         self.precedent = Precedent(self.ledger, derived)
@@ -235,11 +228,10 @@ class Detector:
         self._whole = self._whole_tick(plan.aggregate_of)
 
     def _whole_tick(self, aggregate_of: list[np.ndarray]) -> WholeTick | None:
-        """The native whole tick (whole_tick.py) where the extension is built and every rule
-        on the rows is one it does (the seasonal budget and the drop rule are not)."""
-        native = fused.native()
-        if native is None or not len(self.keys) or self.relative.enabled.any() or self._drop.any():
+        """The native whole tick (whole_tick.py) over the rows (None: there are none)."""
+        if not len(self.keys):
             return None
+        native = fused.required()
         judgement = self.spike.new_judgement()
         arrays = self.spike.tick_arrays() | self.budget.tick_arrays()
         arrays |= self.swarm.tick_arrays()
@@ -316,7 +308,18 @@ class Detector:
         ledger.add(start, bits, events)
         if ledger.born.size:
             self._relearn(ledger.late(ledger.born, start, LATE))
-        t = TickInput(now, tick, start, nbytes, events, bits)
+        level = self._judgement.level if self._judgement is not None else None
+        t = TickInput(
+            now,
+            tick,
+            start,
+            nbytes,
+            events,
+            bits,
+            self._base if level is None else level.baseline,
+            np.zeros(len(self.keys), dtype=bool) if level is None else level.ready,
+            self.spike.rates,
+        )
         closed = ledger.closed
         for name, rule in self.rules.items():
             if rule.PER_BLOCK and not closed:
@@ -416,72 +419,11 @@ class Detector:
         contributors: Evidence,
         capacity: np.ndarray | None = None,
     ) -> list[AlertChange]:
-        """The core rules (spike, budget, drop) on one tick."""
-        if self._whole is not None:
-            return self._evaluate_whole(now, tick, nbytes, events, contributors, capacity)
-        n = self.members
-        carried = nbytes if capacity is None else capacity
-        member_bits = 8.0 * carried + self._meta[:n] * events
-        b, e, bits = nbytes, events, member_bits
-        if self._agg_count:
-            # One array of the three columns, members then aggregates, summed in one pass.
-            columns = np.empty((3, len(self.keys)))
-            columns[0, :n], columns[1, :n], columns[2, :n] = nbytes, events, member_bits
-            self._sum_by_aggregate(columns[:, :n], out=columns[:, n:])
-            b, e, bits = columns
-        rate = b / tick
-        self._bytes = b
-        self._columns = (b, e, bits)
-        self._rate = rate
-        self._events_rate = e / tick
-        self._capacity = bits / tick
-
-        judgement = self.spike.judge(now - tick, b)
-        self._judgement = judgement
-        p = judgement.level
-        self._base = p.baseline
-        self._tick_seconds = tick
-        self._spike_columns = None  # computed when first read (see _spike_figures)
-        spike_breach = judgement.breach
-        proj, ratio = self.budget.update(bits, tick, now)
-        rel_proj, rel_ratio, _ = self.relative.update(bits, now - tick)
-        # One budget alert per surface: the absolute horizons or the seasonal (relative) rule.
-        budget_breach = self.budget.enabled & ((proj > 1.0) | (rel_proj > 1.0))
-        ratio = np.maximum(ratio, rel_ratio)
-        if self._agg_count:
-            # The aggregate alarms what no member alarms (a swarm), not a member's own spike
-            # or overrun a second time.
-            self._suppress_aggregates(spike_breach, budget_breach)
-            # The members statistic is not suppressed: no member alone can carry it (each
-            # counts at most swarm.HUBER of its spreads), so it says what no member says.
-            n = self.members
-            self._swarm_breach, swarm_clear = self.swarm.judge(
-                judgement.residuals[0][:n],
-                self.spike.size_known(judgement, slice(0, n)),
-                self.spike.size.spread[:n],
-            )
-            spike_breach[n:] |= self._swarm_breach
-            judgement.clear[n:] &= swarm_clear
-
-        changes: list[AlertChange] = []
-        spike_changes = self.spike_alerts.step(now, tick, spike_breach, judgement.clear)
-        for row, prev, new in spike_changes:
-            changes.append(self._change(row, "spike", prev, new, now, contributors))
-        for row in self.spike_alerts.escalations(rate, self._escalate, spike_changes):
-            changes.append(
-                self._change(row, "spike", AlertState.FIRING, AlertState.FIRING, now, contributors)
-            )
-        if self._drop.any():
-            changes += self._drops(now, tick, self.spike.rates[0], p, contributors)
-        for row, prev, new in self.budget_alerts.step(
-            now, tick, budget_breach, ratio <= self._budget_hyst
-        ):
-            changes.append(self._change(row, "budget", prev, new, now, contributors))
-        self._misconfigured(now)
-        if self._agg_count:
-            self.swarm.learn(now, tick, judgement.settled[self.members :])
-        self.spike.learn(judgement, now - tick, b, tick)
-        return changes
+        """The core rules (spike, budget, the aggregates' members statistic) on one tick,
+        natively (whole_tick.py)."""
+        if self._whole is None:  # no rows
+            return []
+        return self._evaluate_whole(now, tick, nbytes, events, contributors, capacity)
 
     def _evaluate_whole(
         self,
@@ -502,6 +444,10 @@ class Detector:
         nbytes, events = _float64(nbytes), _float64(events)
         capacity = None if capacity is None else _float64(capacity)
         spike_tail, swarm_tail = self.spike.tail, self.swarm.tail
+        self._tick_seconds = tick
+        self._spike_columns = None
+        if self._relative_on:  # the seasonal budget judges between the native passes
+            return self._evaluate_phases(now, tick, nbytes, events, contributors, capacity)
         roll = self._whole_day or (-(1 << 62), -(1 << 62))
         done = native.step(
             nbytes,
@@ -513,8 +459,6 @@ class Detector:
             spike_tail.block,
             swarm_tail.block,
         )
-        self._tick_seconds = tick
-        self._spike_columns = None
         if isinstance(done, int):  # 0: not an ordinary tick, nothing done yet
             return self._evaluate_phases(now, tick, nbytes, events, contributors, capacity)
         if isinstance(done, tuple):  # tails to refit
@@ -552,6 +496,10 @@ class Detector:
             week_slot,
             self.spike.hour_of(start),
         )
+        if self._relative_on:
+            projected, ratio, _ = self.relative.update(whole.columns[2], start)
+            whole.relative_projected[:] = projected
+            whole.relative_ratio[:] = ratio
         with np.errstate(over="ignore"):  # a level past float32's range is +inf, as in numpy
             np.exp(whole.exp_in, out=whole.exp_in)
         np.log(whole.log_bytes, out=whole.log_bytes)
@@ -637,19 +585,6 @@ class Detector:
                 self.targets[row],
             )
         bank.mark_misconfigured(rows)
-
-    def _drops(
-        self, now: float, tick: float, rate: np.ndarray, p: Prediction, contributors: Evidence
-    ) -> list[AlertChange]:
-        """The drop rule: the five-minute rate below baseline / drop_ratio with at least the
-        floor missing."""
-        thr = np.divide(p.baseline, self._drop, out=np.zeros(rate.size), where=self._drop > 0)
-        self._drop_threshold = thr
-        breach = p.ready & (rate < thr) & (p.baseline - rate >= self.baseline.floor)
-        return [
-            self._change(row, "drop", prev, new, now, contributors)
-            for row, prev, new in self.drop_alerts.step(now, tick, breach, rate >= thr)
-        ]
 
     def _sum_by_aggregate(self, values: np.ndarray, out: np.ndarray) -> None:
         """Each row of ``values`` (columns: the members) summed per aggregate into ``out``
@@ -743,7 +678,7 @@ class Detector:
         return bool(self.rules["duty"].enabled[row])
 
     def drop_on(self, row: int) -> bool:
-        return bool(self._drop[row] > 0)
+        return bool(self.rules["drop"].enabled[row])
 
     def _change(
         self,
@@ -817,16 +752,6 @@ class Detector:
         )
 
     # -- what each rule's alert says: (value, threshold, the summary's sentence) ----------
-    def _describe_drop(
-        self, row: int, f: SurfaceFigures, figures: dict[str, Any], seasonal_binds: bool
-    ) -> tuple[float, float, str]:
-        threshold = float(self._drop_threshold[row])
-        what = (
-            f"wrote {f.rate:,.0f} B/s against a baseline of {f.baseline:,.0f} B/s "
-            f"(below {threshold:,.0f} B/s: most of what it usually writes is missing)"
-        )
-        return f.rate, threshold, what
-
     def _describe_spike(
         self, row: int, f: SurfaceFigures, figures: dict[str, Any], seasonal_binds: bool
     ) -> tuple[float, float, str]:

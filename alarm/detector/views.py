@@ -60,7 +60,6 @@ class FigureRows(Protocol):
     _events_rate: np.ndarray
     _capacity: np.ndarray
     _base: np.ndarray
-    _drop: np.ndarray
     rules: Mapping[str, Any]
 
     def _spike_figures(self) -> tuple[np.ndarray, np.ndarray]: ...
@@ -77,13 +76,11 @@ class FigureColumns:
     threshold: np.ndarray  # 0 where the spike rule does not judge
     baseline_ready: np.ndarray  # bool
     capacity_bps: np.ndarray  # Lampson bound, bits/s
-    drop_on: np.ndarray  # bool: the drop rule is on for the row
 
 
 def figure_columns(det: FigureRows) -> FigureColumns:
-    """Every row's ``figures_of(row)`` rate, baseline, threshold and capacity, and
-    ``drop_on(row)``, as arrays (a registered rule's on/off is its ``enabled``): a pure
-    reader, the same values (tests/test_snapshot.py)."""
+    """Every row's ``figures_of(row)`` rate, baseline, threshold and capacity, as arrays: a
+    pure reader, the same values (tests/test_snapshot.py)."""
     spike_threshold, spike_ready = det._spike_figures()
     judged = spike_ready & np.isfinite(spike_threshold)
     return FigureColumns(
@@ -93,7 +90,6 @@ def figure_columns(det: FigureRows) -> FigureColumns:
         threshold=np.where(judged, spike_threshold, 0.0).astype(np.float64),
         baseline_ready=np.array(spike_ready, dtype=bool),
         capacity_bps=np.array(det._capacity, dtype=np.float64),
-        drop_on=np.asarray(det._drop) > 0,
     )
 
 

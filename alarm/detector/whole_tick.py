@@ -52,6 +52,8 @@ class WholeTick:
         self.tail_refit = np.zeros(3 * n, dtype=np.int64)
         self.swarm_tail_refit = np.zeros(a, dtype=np.int64)
         self.swarm_breach = np.zeros(a, dtype=bool)
+        self.relative_projected = np.zeros(n)
+        self.relative_ratio = np.zeros(n)
         gather = [np.asarray(m, dtype=np.int64) for m in aggregate_of]
         bounds = np.cumsum([0] + [len(m) for m in gather]).astype(np.int64)
         cells = (horizons, n)
@@ -76,6 +78,9 @@ class WholeTick:
             "projected": np.zeros(n),
             "budget_ratio": np.zeros(n),
             "budget_breach": np.zeros(n, dtype=bool),
+            # The seasonal budget's, written before ``rules`` where it is on (0: off).
+            "relative.projected": self.relative_projected,
+            "relative.ratio": self.relative_ratio,
             "learning": np.zeros(n, dtype=bool),
             "declared": np.zeros(cells, dtype=bool),
             "following": np.zeros(cells, dtype=bool),

@@ -31,6 +31,8 @@ class RuleRows:
     # Per row, the budget in force (declared, derived or the kind's; rows.RowPlan.budget),
     # which holds the timing rules' settings (beacon, duty).
     budgets: list[Any]
+    # Per row, the spike rule in force (rows.RowPlan.spike), which holds the drop rule's.
+    spikes: list[Any]
     tick: float  # the configured tick, seconds
 
     def section(self, name: str) -> list[Any]:
@@ -49,6 +51,11 @@ class TickInput:
     nbytes: np.ndarray
     events: np.ndarray
     bits: np.ndarray  # the capacity bound: 8 x bytes carried + metadata per event
+    # The spike rule's view of the tick: its rate level (bytes/s) and whether that level is
+    # ready, and the rates averaged over 5 and 30 minutes (2, rows).
+    baseline: np.ndarray
+    baseline_ready: np.ndarray
+    rates: np.ndarray
 
 
 class Rule:
@@ -69,6 +76,8 @@ class Rule:
         self.rows = rows
         n = len(rows.targets)
         self.enabled = np.ones(n, dtype=bool)
+        # How long each row's breach lasts before its alert fires (0: on the first tick).
+        self.hold = np.zeros(n)
         # How long each row's alert stays clear before it resolves.
         self.resolve_hold = np.full(n, self.RESOLVE_HOLD)
 

@@ -227,7 +227,10 @@ class DutyRule(Rule):
             setattr(self, name, getattr(self.bank, name))
         self.resolve_hold = np.array([s.resolve_hold for s in settings], dtype=np.float64)
         # The tick being judged (what an alert's summary quotes as the rate).
-        self._tick = TickInput(0.0, 1.0, 0.0, *([np.zeros(len(rows.targets))] * 3))
+        zeros = np.zeros(len(rows.targets))
+        self._tick = TickInput(
+            0.0, 1.0, 0.0, zeros, zeros, zeros, zeros, zeros.astype(bool), np.zeros((2, zeros.size))
+        )
 
     def judge(self, t: TickInput) -> tuple[np.ndarray, np.ndarray] | None:
         breach, clear, breached, not_clear = self.bank.update(
