@@ -110,7 +110,7 @@ def native_paths() -> list[tuple[str, str, str]]:
         (
             "detector natives",
             "alarm/detector/_fused.c, _whole_tick.c",
-            built(fused.native() is not None),
+            built(fused.built is not None),
         ),
         ("metrics writer", "exporters/_textformat.c", writer),
     ]

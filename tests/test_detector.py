@@ -1,18 +1,40 @@
-from alarm.config import BudgetRule, config_from_dict
+import numpy as np
+
+from alarm.config import config_from_dict
 from alarm.detector.alerts import AlertMachine, AlertState
-from alarm.detector.budget import CapacityBudget, capacity_bits
+from alarm.detector.budget import capacity_bits
+from alarm.detector.engine import Detector
 from alarm.surfaces import HeavyHitters
 
 
 def test_cusum_budget_fires_only_past_tolerance_and_decays():
-    budget = CapacityBudget(BudgetRule(allowance_bits_per_second=100, tolerance_bits=1000))
-    assert budget.update(bits=100 * 10, seconds=10) == 0  # at allowance: no excess
-    budget.update(bits=1500, seconds=1)  # 1400 above allowance
-    assert budget.excess == 1400 and budget.exceeded
-    budget.update(bits=0, seconds=10)
-    assert budget.excess == 400 and not budget.exceeded
-    budget.update(bits=0, seconds=100)
-    assert budget.excess == 0  # never below zero: quiet time earns no credit
+    config = config_from_dict(
+        {
+            "tick": "10s",
+            "surfaces": [
+                {
+                    "name": "s",
+                    "match": {"dport": [1]},
+                    "budget": {"allowance_bits_per_second": 100, "tolerance_bits": 1000},
+                }
+            ],
+        }
+    )
+    det = Detector(config, [("egress", "s")])
+    states = []
+
+    def tick(i: int, nbytes: float) -> float:
+        changes = det.evaluate_arrays(
+            1_780_000_000.0 + 10 * (i + 1), 10.0, np.array([nbytes]), np.zeros(1), lambda r: []
+        )
+        states.extend((c.rule, c.state) for c in changes if c.target == "s")
+        return float(det.budget.excess[0, 0])
+
+    assert tick(0, 125) == 0  # 1000 bits in 10 s: at the allowance, no excess
+    assert tick(1, 300) == 1400  # 2400 bits: 1400 above the allowance, past the tolerance
+    assert states == [("budget", "firing")]
+    assert tick(2, 0) == 400  # a quiet tick takes the allowance off
+    assert tick(3, 0) == 0  # never below zero: quiet time earns no credit
 
 
 def test_capacity_bits_counts_metadata_per_event():
@@ -91,42 +113,46 @@ def test_a_gap_of_unknown_size_is_a_records_lost_alarm_that_says_so():
 
 
 def test_a_rows_derived_budget_does_not_depend_on_the_phase_of_the_other_rows():
-    # Rows declared together share their windows' phase and take the bank's fast path; one
-    # row restored from an older state puts the bank on the per-row path.  The rows in common
-    # must see the same budgets either way, through learning, the end of learning, and a
-    # budget found misconfigured.
-    import numpy as np
+    # Rows declared together share their windows' phase; one row restored from an older
+    # state has its own.  The rows in common must see the same budgets either way, through
+    # learning, the end of learning, and a budget found misconfigured.
+    from alarm.detector.budget import LEARNING_SECONDS
 
-    from alarm.detector.budget import LEARNING_SECONDS, BudgetBank
-
-    rule = BudgetRule(
-        allowance_bits_per_second=2000.0,
-        tolerance_bits=1e5,
-        horizon="1m",
-        horizons=[
+    rule = {
+        "allowance_bits_per_second": 2000.0,
+        "tolerance_bits": 1e5,
+        "horizon": "1m",
+        "horizons": [
             {"horizon": "1h", "allowance_bits_per_second": 800.0, "tolerance_bits": 1e6},
             {"horizon": "1d", "allowance_bits_per_second": 100.0, "tolerance_bits": 1e7},
         ],
-    )
+    }
+
+    def detector(rows: int) -> Detector:
+        surfaces = [
+            {"name": f"s{i}", "match": {"dport": [i + 1]}}
+            | ({"budget": rule} if i % 4 == 0 else {})
+            for i in range(rows)
+        ]
+        config = config_from_dict({"tick": "60s", "surfaces": surfaces})
+        return Detector(config, [("egress", f"s{i}") for i in range(rows)])
+
     n = 40
-    derived = [i % 4 != 0 for i in range(n)]
-    together = BudgetBank([rule] * n, 60.0, derived, [rule] * n)
-    mixed = BudgetBank([rule] * (n + 1), 60.0, [*derived, True], [rule] * (n + 1))
-    mixed.age[n] = 7 * 3600.0  # the restored row
+    together, mixed = detector(n), detector(n + 1)
+    mixed.budget.age[n] = 7 * 3600.0  # the restored row
     rng = np.random.default_rng(11)
     ticks = int(LEARNING_SECONDS / 60) + 600
     for t in range(ticks):
-        bits = rng.lognormal(10, 1.5, n + 1) * (rng.random(n + 1) < 0.4)
+        nbytes = rng.lognormal(7, 1.5, n + 1) * (rng.random(n + 1) < 0.4)
         if t == ticks - 300:
-            together.mark_misconfigured(np.array([0, 4]))
-            mixed.mark_misconfigured(np.array([0, 4]))
-        a = together.update(bits[:n], 60.0, t * 60.0)
-        b = mixed.update(bits, 60.0, t * 60.0)
-        for x, y in zip(a, b, strict=True):
-            np.testing.assert_allclose(x, y[:n], rtol=1e-12)
-    np.testing.assert_allclose(together.tolerance, mixed.tolerance[:, :n], rtol=1e-12)
-    np.testing.assert_allclose(together.envelope, mixed.envelope[:, :n], rtol=1e-12)
-    assert not together.misconfigured[1] and together.misconfigured[4]
+            together.budget.mark_misconfigured(np.array([0, 4]))
+            mixed.budget.mark_misconfigured(np.array([0, 4]))
+        for det, rows in ((together, n), (mixed, n + 1)):
+            det.evaluate_arrays(60.0 * (t + 1), 60.0, nbytes[:rows], np.zeros(rows), lambda r: [])
+        for name in ("excess", "tolerance", "allowance", "envelope"):
+            x, y = getattr(together.budget, name), getattr(mixed.budget, name)
+            np.testing.assert_allclose(x[:, :n], y[:, :n], rtol=1e-12, err_msg=name)
+    assert not together.budget.misconfigured[1] and together.budget.misconfigured[4]
 
 
 def test_a_source_slow_to_open_at_start_is_not_down_but_one_that_stops_is_at_once():
@@ -152,28 +178,31 @@ def test_a_10_bit_per_second_drip_on_a_quiet_surface_is_caught_by_its_derived_bu
     it carries: one write at the start of a day is not read as its size over a few ticks
     (that kept the allowance at several times the surface's rate, and the day horizon learned
     the drip faster than it summed it: never caught in three days)."""
-    import numpy as np
-
-    from alarm.detector.budget import BudgetBank
-
-    config = config_from_dict({"surfaces": [{"name": "q"}]})
-    floor = config.unclassified_budget("egress")
-    bank = BudgetBank([config.surfaces[0].effective_budget()], 10.0, [True], [floor])
+    config = config_from_dict({"surfaces": [{"name": "q", "match": {"dport": [1]}}]})
+    det = Detector(config, [("egress", "q")])
     rng = np.random.default_rng(5)
     tick, day = 10.0, 8640
+
+    def budget_fires(t: int, nbytes: float, events: float) -> bool:
+        changes = det.evaluate_arrays(
+            (t + 1) * tick, tick, np.array([nbytes]), np.array([events]), lambda r: []
+        )
+        return any(c.rule == "budget" and c.target == "q" for c in changes)
+
     writes = rng.random(9 * day) < tick / 3600.0
     t = 0
     for t in range(9 * day):
-        bits = 8.0 * 200 + 64.0 if writes[t] else 0.0
-        projected, _ = bank.update(np.array([bits]), tick, (t + 1) * tick)
-        assert projected[0] <= 1.0, f"fired on ordinary traffic on day {t / day:.2f}"
-    day_horizon = bank.names[0].index("1d")
-    assert bank.allowance[day_horizon, 0] < 1.0  # ~0.5 bit/s carried, the unclassified floor
-    # 10 bit/s as 12-13 bytes every tick, one event each (64 bits of metadata).
+        fired = budget_fires(t, 200.0 if writes[t] else 0.0, 1.0 if writes[t] else 0.0)
+        assert not fired, f"fired on ordinary traffic on day {t / day:.2f}"
+    day_horizon = det.budget.names[0].index("1d")
+    assert det.budget.allowance[day_horizon, 0] < 1.0  # ~0.5 bit/s carried, the floor
+    # 10 bit/s as 12-13 bytes every tick, one event each (64 bits of metadata).  The duty
+    # rule pages it first (written in every tick); the budget's own page, when its sum
+    # passes the tolerance, is folded into that open incident: one page, not two.
     drip = np.diff(np.floor(10.0 / 8.0 * tick * np.arange(day + 1)))
     for i in range(day):
-        bits = 8.0 * drip[i] + 64.0 + (8.0 * 200 + 64.0 if rng.random() < tick / 3600.0 else 0.0)
-        projected, _ = bank.update(np.array([bits]), tick, (t + 2 + i) * tick)
-        if projected[0] > 1.0:
+        extra = 200.0 if rng.random() < tick / 3600.0 else 0.0
+        fired = budget_fires(t + 1 + i, drip[i] + extra, 1.0 + (extra > 0))
+        if fired or det.pages_folded.get(("budget", "incident")):
             break
     assert i * tick <= 8 * 3600.0, f"caught after {i * tick / 3600:.1f} h"

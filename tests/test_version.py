@@ -43,7 +43,7 @@ def test_native_paths_say_built_or_not_as_the_modules_are() -> None:
     from alarm.detector import fused
 
     paths = {what: state for what, _, state in buildinfo.native_paths()}
-    assert paths["detector natives"].startswith("built") == (fused.native() is not None)
+    assert paths["detector natives"].startswith("built") == (fused.built is not None)
     assert set(paths) == {
         "event-line reader",
         "kernel scanner",

@@ -1,9 +1,12 @@
-/* Fused per-row passes of the detector's tick (alarm/detector/fused.py says why).
+/* The detector's per-row loops: the one numeric definition of the tails' incidents and fit,
+ * the size level, the seasonal level's prediction and learning, the budget bank's envelopes
+ * and sums (called by the whole tick, _whole_tick.c, through _fused.h), and of the beacon
+ * and duty rules (called from rules/beacon.py and rules/duty.py).
  *
- * Each function is one loop over the rows doing, element by element, exactly the float
- * operations the numpy code beside it does over whole arrays, in the same order and the same
- * precision, so the two agree bit for bit (the tests check it).  Built with
- * -ffp-contract=off: a fused multiply-add would round once where numpy rounds twice.
+ * The loops do their float operations in the order and precision the numpy code they
+ * replaced did (float32 where its profiles are float32), built with -ffp-contract=off: a
+ * fused multiply-add would round once where numpy rounded twice, and every figure in
+ * docs/benchmarks.md was measured on these roundings.
  *
  * Arrays come in through the buffer protocol (no numpy headers at build time); each is
  * checked for its length and item size, and a mismatch is a ValueError, never a stray write.
@@ -93,33 +96,6 @@ INTERNAL Py_ssize_t tail_loop(Py_ssize_t n, const double *restrict r, const uint
     return count;
 }
 
-/* tail_step(r f64, judged b, breach b, run i64, u0 f32, spread f32, seen i64, open b, peak f32,
- *           quiet i64, anomalous b, ended b (out)) -> rows ended */
-static PyObject *tail_step(PyObject *self, PyObject *args) {
-    enum { N = 12 };
-    Py_buffer v[N];
-    memset(v, 0, sizeof v);
-    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*w*w*w*w*w*w*", &v[0], &v[1], &v[2], &v[3], &v[4],
-                          &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11]))
-        return NULL;
-    Arg spec[N] = {{"r", &v[0], 8},       {"judged", &v[1], 1}, {"breach", &v[2], 1},
-                   {"run", &v[3], 8},     {"u0", &v[4], 4},     {"spread", &v[5], 4},
-                   {"seen", &v[6], 8},    {"open", &v[7], 1},   {"peak", &v[8], 4},
-                   {"quiet", &v[9], 8},   {"anomalous", &v[10], 1}, {"ended", &v[11], 1}};
-    Py_ssize_t n;
-    if (check(spec, N, &n) < 0) {
-        release(v, N);
-        return NULL;
-    }
-    Py_ssize_t count;
-    Py_BEGIN_ALLOW_THREADS
-    count = tail_loop(n, v[0].buf, v[1].buf, v[2].buf, v[3].buf, v[4].buf, v[5].buf, v[6].buf,
-                      v[7].buf, v[8].buf, v[9].buf, v[10].buf, v[11].buf);
-    Py_END_ALLOW_THREADS
-    release(v, N);
-    return PyLong_FromSsize_t(count);
-}
-
 /* SizeLevel.learn's per-row part, for one hour slot (the hour's row of each slot array). */
 SIMD_CLONES
 INTERNAL void size_loop(Py_ssize_t n, const double *restrict x, const uint8_t *restrict written,
@@ -159,32 +135,6 @@ INTERNAL void size_loop(Py_ssize_t n, const double *restrict x, const uint8_t *r
         count[i] = k + wr;
         age[i] += 1;
     }
-}
-
-/* size_learn(x f64, written b, level f64, alpha_slot, overall f64, count i64, spread f64,
- *            hour f32, hour_n u32, age i64) */
-static PyObject *size_learn(PyObject *self, PyObject *args) {
-    enum { N = 9 };
-    Py_buffer v[N];
-    memset(v, 0, sizeof v);
-    double alpha_slot;
-    if (!PyArg_ParseTuple(args, "y*y*y*dw*w*w*w*w*w*", &v[0], &v[1], &v[2], &alpha_slot, &v[3],
-                          &v[4], &v[5], &v[6], &v[7], &v[8]))
-        return NULL;
-    Arg spec[N] = {{"x", &v[0], 8},      {"written", &v[1], 1}, {"level", &v[2], 8},
-                   {"overall", &v[3], 8}, {"count", &v[4], 8},  {"spread", &v[5], 8},
-                   {"hour", &v[6], 4},   {"hour_n", &v[7], 4},  {"age", &v[8], 8}};
-    Py_ssize_t n;
-    if (check(spec, N, &n) < 0) {
-        release(v, N);
-        return NULL;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    size_loop(n, v[0].buf, v[1].buf, v[2].buf, alpha_slot, v[3].buf, v[4].buf, v[5].buf,
-              v[6].buf, v[7].buf, v[8].buf);
-    Py_END_ALLOW_THREADS
-    release(v, N);
-    Py_RETURN_NONE;
 }
 
 /* One horizon of BudgetBank's per-cell pass (the cells of one horizon, and the running
@@ -243,74 +193,6 @@ INTERNAL void budget_loop(Py_ssize_t n, const double *restrict bits, const doubl
     }
 }
 
-/* BudgetBank._follow's envelope and allowances and BudgetBank.update's sums, for every
- * (horizon, row) of the (H, n) arrays, and the largest projected ratio and ratio over the
- * horizons of each row.  budget_step(bits f64[n], mean, rise_floor, k_floor, allowance_floor,
- * tolerance_floor, margin_seconds, declared_allowance, declared_tolerance f64[H,n], declared b,
- * following b, seconds, forget, rise, margin, envelope, follow_excess, excess, last_step
- * f64[H,n] (in place), allowance, tolerance, inv_tolerance f64[H,n], projected, ratio f64[n]
- * (out)) */
-static PyObject *budget_step(PyObject *self, PyObject *args) {
-    enum { N = 20 };
-    Py_buffer v[N];
-    memset(v, 0, sizeof v);
-    double seconds, forget, rise, margin;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*y*ddddw*w*w*w*w*w*w*w*w*", &v[0], &v[1],
-                          &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &seconds,
-                          &forget, &rise, &margin, &v[11], &v[12], &v[13], &v[14], &v[15], &v[16],
-                          &v[17], &v[18], &v[19]))
-        return NULL;
-    Arg cells[] = {{"mean", &v[1], 8},
-                   {"rise_floor", &v[2], 8},
-                   {"k_floor", &v[3], 8},
-                   {"allowance_floor", &v[4], 8},
-                   {"tolerance_floor", &v[5], 8},
-                   {"margin_seconds", &v[6], 8},
-                   {"declared_allowance", &v[7], 8},
-                   {"declared_tolerance", &v[8], 8},
-                   {"declared", &v[9], 1},
-                   {"following", &v[10], 1},
-                   {"envelope", &v[11], 8},
-                   {"follow_excess", &v[12], 8},
-                   {"excess", &v[13], 8},
-                   {"last_step", &v[14], 8},
-                   {"allowance", &v[15], 8},
-                   {"tolerance", &v[16], 8},
-                   {"inv_tolerance", &v[17], 8}};
-    Arg rows[] = {{"bits", &v[0], 8}, {"projected", &v[18], 8}, {"ratio", &v[19], 8}};
-    Py_ssize_t n, cellcount;
-    if (check(rows, 3, &n) < 0 || check(cells, 17, &cellcount) < 0 ||
-        (n ? cellcount % n : cellcount) != 0) {
-        if (!PyErr_Occurred())
-            PyErr_Format(PyExc_ValueError, "%zd cells are not whole horizons of %zd rows",
-                         cellcount, n);
-        release(v, N);
-        return NULL;
-    }
-    const Py_ssize_t horizons = n ? cellcount / n : 0;
-    const double *bits = v[0].buf, *mean = v[1].buf, *rise_floor = v[2].buf, *k_floor = v[3].buf,
-                 *allowance_floor = v[4].buf, *tolerance_floor = v[5].buf,
-                 *margin_seconds = v[6].buf, *declared_allowance = v[7].buf,
-                 *declared_tolerance = v[8].buf;
-    const uint8_t *declared = v[9].buf, *following = v[10].buf;
-    double *envelope = v[11].buf, *follow_excess = v[12].buf, *excess = v[13].buf,
-           *last_step = v[14].buf, *allowance = v[15].buf, *tolerance = v[16].buf,
-           *inv_tolerance = v[17].buf, *projected = v[18].buf, *ratio = v[19].buf;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) projected[i] = ratio[i] = -INFINITY;
-    for (Py_ssize_t h = 0; h < horizons; h++) {
-        const Py_ssize_t c = h * n;
-        budget_loop(n, bits, mean + c, rise_floor + c, k_floor + c, allowance_floor + c,
-                    tolerance_floor + c, margin_seconds + c, declared_allowance + c,
-                    declared_tolerance + c, declared + c, following + c, seconds, forget, rise,
-                    margin, envelope + c, follow_excess + c, excess + c, last_step + c,
-                    allowance + c, tolerance + c, inv_tolerance + c, projected, ratio);
-    }
-    Py_END_ALLOW_THREADS
-    release(v, N);
-    Py_RETURN_NONE;
-}
-
 /* One profile slot of SeasonalBaseline._learn_slot, for one row. */
 static inline void learn_slot(float *restrict prof, uint16_t *restrict counts, float y,
                               float slot_ticks, float memory_alpha, float below, float rise,
@@ -364,41 +246,6 @@ INTERNAL void seasonal_loop(Py_ssize_t n, const float *restrict y, const double 
     }
 }
 
-/* seasonal_learn(y f32, pred_y f64, ready b, settled b, count i64, alpha f32, meanad f32,
- *                mad f32, recent f32, rise_recent f32, day f32, day_n u16, rise_day f32,
- *                day_ticks, day_alpha, week f32, week_n u16, rise_week f32, week_ticks,
- *                week_alpha, below); day/day_n/week/week_n: the current slots' rows; below:
- *                the expectile's weight of a residual below the slot's level. */
-static PyObject *seasonal_learn(PyObject *self, PyObject *args) {
-    enum { N = 16 };
-    Py_buffer v[N];
-    memset(v, 0, sizeof v);
-    float day_ticks, day_alpha, week_ticks, week_alpha, below;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*w*y*w*w*w*y*w*w*y*ffw*w*y*fff", &v[0], &v[1], &v[2],
-                          &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12],
-                          &day_ticks, &day_alpha, &v[13], &v[14], &v[15], &week_ticks,
-                          &week_alpha, &below))
-        return NULL;
-    Arg spec[N] = {{"y", &v[0], 4},          {"pred_y", &v[1], 8},    {"ready", &v[2], 1},
-                   {"settled", &v[3], 1},    {"count", &v[4], 8},     {"alpha", &v[5], 4},
-                   {"meanad", &v[6], 4},     {"mad", &v[7], 4},       {"recent", &v[8], 4},
-                   {"rise_recent", &v[9], 4}, {"day", &v[10], 4},     {"day_n", &v[11], 2},
-                   {"rise_day", &v[12], 4},  {"week", &v[13], 4},     {"week_n", &v[14], 2},
-                   {"rise_week", &v[15], 4}};
-    Py_ssize_t n;
-    if (check(spec, N, &n) < 0) {
-        release(v, N);
-        return NULL;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    seasonal_loop(n, v[0].buf, v[1].buf, v[2].buf, v[3].buf, v[4].buf, v[5].buf, v[6].buf,
-                  v[7].buf, v[8].buf, v[9].buf, v[10].buf, v[11].buf, v[12].buf, day_ticks,
-                  day_alpha, v[13].buf, v[14].buf, v[15].buf, week_ticks, week_alpha, below);
-    Py_END_ALLOW_THREADS
-    release(v, N);
-    Py_RETURN_NONE;
-}
-
 /* SeasonalBaseline.predict's per-row part: the seasonal level (the highest ready daily slot
  * within reach, shifted to the weekday, or the weekly hour), else the recent level; and the
  * spread.  ``day``/``day_n`` are whole (96, n) profiles; ``week``/``week_n`` the hour's row. */
@@ -446,66 +293,6 @@ INTERNAL void predict_loop(Py_ssize_t n, const float *const *restrict near,
         const double spd = (double)sp;
         spread[i] = spd >= spread_min ? spd : spread_min;
     }
-}
-
-/* seasonal_predict(day f32[S,n], day_n u16[S,n], week f32, week_n u16, recent f32, mad f32,
- *                  meanad f32, seasonal b, reach i64, dip_max f32, slot, hour_first,
- *                  reach_max, slots_per_hour, need_d, need_w, mad_eps, spread_min,
- *                  pred_y f64 (out), spread f64 (out)) */
-static PyObject *seasonal_predict(PyObject *self, PyObject *args) {
-    enum { N = 12 };
-    Py_buffer v[N];
-    memset(v, 0, sizeof v);
-    int slot, hour_first, reach_max, slots_per_hour;
-    double need_d, need_w, spread_min;
-    float mad_eps;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*iiiiddfdw*w*", &v[0], &v[1], &v[2], &v[3],
-                          &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &slot, &hour_first,
-                          &reach_max, &slots_per_hour, &need_d, &need_w, &mad_eps, &spread_min,
-                          &v[10], &v[11]))
-        return NULL;
-    Arg rows[] = {{"week", &v[2], 4},    {"week_n", &v[3], 2},  {"recent", &v[4], 4},
-                  {"mad", &v[5], 4},     {"meanad", &v[6], 4},  {"seasonal", &v[7], 1},
-                  {"reach", &v[8], 8},   {"dip_max", &v[9], 4}, {"pred_y", &v[10], 8},
-                  {"spread", &v[11], 8}};
-    Arg profiles[] = {{"day", &v[0], 4}, {"day_n", &v[1], 2}};
-    Py_ssize_t n, cells;
-    if (check(rows, 10, &n) < 0 || check(profiles, 2, &cells) < 0) {
-        release(v, N);
-        return NULL;
-    }
-    const int day_slots = n ? (int)(cells / n) : 0;
-    if ((n && cells % n) || reach_max < 0 || reach_max > REACH_MAX || slot < 0 ||
-        slot >= (day_slots ? day_slots : 1) || hour_first < 0 || slots_per_hour < 0 ||
-        slots_per_hour > HOUR_SLOTS_MAX || hour_first + slots_per_hour > day_slots) {
-        PyErr_SetString(PyExc_ValueError, "profile shape, slot or reach out of range");
-        release(v, N);
-        return NULL;
-    }
-    /* The slots every row looks at, in numpy's order: the same for every row. */
-    const float *day = v[0].buf;
-    const uint16_t *day_n = v[1].buf;
-    const float *near[2 * REACH_MAX + 1], *hour[HOUR_SLOTS_MAX];
-    const uint16_t *near_n[2 * REACH_MAX + 1], *hour_n[HOUR_SLOTS_MAX];
-    int near_off[2 * REACH_MAX + 1], near_count = 0;
-    for (int off = -reach_max; off <= reach_max && n; off++) {
-        const Py_ssize_t row = ((slot + off) % day_slots + day_slots) % day_slots;
-        near[near_count] = day + row * n;
-        near_n[near_count] = day_n + row * n;
-        near_off[near_count++] = off < 0 ? -off : off;
-    }
-    for (int k = 0; k < slots_per_hour && n; k++) {
-        hour[k] = day + (Py_ssize_t)(hour_first + k) * n;
-        hour_n[k] = day_n + (Py_ssize_t)(hour_first + k) * n;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    if (n)
-        predict_loop(n, near, near_n, near_off, near_count, hour, hour_n, slots_per_hour,
-                     v[2].buf, v[3].buf, v[4].buf, v[5].buf, v[6].buf, v[7].buf, v[8].buf,
-                     v[9].buf, need_d, need_w, mad_eps, spread_min, v[10].buf, v[11].buf);
-    Py_END_ALLOW_THREADS
-    release(v, N);
-    Py_RETURN_NONE;
 }
 
 /* The beacon rule, its one definition (alarm/detector/rules/beacon.py holds its state and
@@ -721,53 +508,6 @@ INTERNAL double numpy_reduceat(const double *a, Py_ssize_t n) {
     return n > 1 ? a[0] + pairwise_sum(a + 1, n - 1) : (n ? a[0] : 0.0);
 }
 
-/* TailBank.end_incidents: each ended row's peak (an anomaly's at most teach_max above the
- * threshold it crossed) replaces the smallest kept peak of today's block where it is larger;
- * the rows whose kept peaks changed go to ``better`` in order.  Returns how many.
- * tail_keep(rows i64, peak f32, z f64, teach_max f64, anomalous b, open b, kept f32[rows,
- *           days, per_day], block, better i64 (out)) */
-static PyObject *tail_keep(PyObject *self, PyObject *args) {
-    enum { N = 8 };
-    Py_buffer v[N];
-    memset(v, 0, sizeof v);
-    int block, days, per_day;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*w*iiiw*", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-                          &v[6], &block, &days, &per_day, &v[7]))
-        return NULL;
-    Arg rows_spec[] = {{"peak", &v[1], 4}, {"z", &v[2], 8}, {"teach_max", &v[3], 8},
-                       {"anomalous", &v[4], 1}, {"open", &v[5], 1}};
-    Arg ended_spec[] = {{"rows", &v[0], 8}, {"better", &v[7], 8}};
-    Py_ssize_t n, e;
-    if (check(rows_spec, 5, &n) < 0 || check(ended_spec, 2, &e) < 0) {
-        release(v, N);
-        return NULL;
-    }
-    if (days < 1 || per_day < 1 || block < 0 || block >= days ||
-        v[6].len != n * days * per_day * 4) {
-        PyErr_SetString(PyExc_ValueError, "kept: not rows x days x per_day, or block out of range");
-        release(v, N);
-        return NULL;
-    }
-    const int64_t *rows = v[0].buf;
-    for (Py_ssize_t k = 0; k < e; k++)
-        if (rows[k] < 0 || rows[k] >= n) {
-            PyErr_SetString(PyExc_ValueError, "rows: out of range");
-            release(v, N);
-            return NULL;
-        }
-    const float *peak = v[1].buf;
-    const double *z = v[2].buf, *teach = v[3].buf;
-    uint8_t *anomalous = v[4].buf, *open = v[5].buf;
-    float *kept = v[6].buf;
-    int64_t *better = v[7].buf;
-    Py_ssize_t count = 0;
-    for (Py_ssize_t k = 0; k < e; k++)
-        if (keep_peak(rows[k], peak, z, teach, anomalous, open, kept, block, days, per_day))
-            better[count++] = rows[k];
-    release(v, N);
-    return PyLong_FromSsize_t(count);
-}
-
 /* TailBank.refit's sorting and summing for a batch of rows: each row's ``top`` (its
  * configured count, or as many peaks as it keeps), the threshold u (its top-th largest peak;
  * 0 where it keeps fewer than min_fit) and the mean excess over u of its top largest, summed
@@ -905,12 +645,6 @@ done:
 static PyMethodDef methods[] = {
     {"beacon_step", beacon_step, METH_VARARGS, "The beacon rule's tick (rules/beacon.py)."},
     {"duty_step", duty_step, METH_VARARGS, "The duty rule's tick (rules/duty.py)."},
-    {"tail_step", tail_step, METH_VARARGS, "TailBank.update's per-row pass; returns rows ended."},
-    {"size_learn", size_learn, METH_VARARGS, "SizeLevel.learn's per-row pass for one hour."},
-    {"budget_step", budget_step, METH_VARARGS, "BudgetBank's per-cell pass of a tick."},
-    {"seasonal_predict", seasonal_predict, METH_VARARGS, "SeasonalBaseline.predict's level."},
-    {"seasonal_learn", seasonal_learn, METH_VARARGS, "SeasonalBaseline.learn's per-row pass."},
-    {"tail_keep", tail_keep, METH_VARARGS, "TailBank.end_incidents: keep the ended peaks."},
     {"tail_refit", tail_refit, METH_VARARGS, "TailBank.refit for a batch of rows."},
     {NULL, NULL, 0, NULL},
 };

@@ -2,12 +2,12 @@
 #include "_fused.h"
 
 /* ---------------------------------------------------------------------------------------
- * The whole tick (fused.py, "Tick"): every pass of Detector.evaluate_arrays in four calls,
- * so that a tick of a few dozen surfaces costs microseconds, not the hundreds of numpy and
- * Python calls it takes there.  It does exactly what the numpy code does, in the same order
- * and precision, with the same loops as above where they exist; the transcendental steps
- * (log, exp) stay numpy's, between the calls, because numpy's SIMD log and exp round
- * differently from libm's and the two paths must agree bit for bit.
+ * The whole tick (fused.py, "Tick"): the one numeric definition of the core rules (spike,
+ * budget, the aggregates' members statistic), in four calls, so that a tick of a few dozen
+ * surfaces costs microseconds.  Its passes keep the order and precision of the numpy code
+ * they replaced (the names in the comments below are that code's), and the transcendental
+ * steps (log, exp) stay numpy's, between the calls: numpy's SIMD log and exp round
+ * differently from libm's, and the figures in docs/benchmarks.md were measured on numpy's.
  *
  *   begin   columns, aggregates' sums, the averaged rates, the seasonal level; the inputs of
  *           numpy's exp (levels) and log (bytes, averaged rates)

@@ -26,6 +26,10 @@ aggregate) gets one *derived from what it carries*, horizon by horizon:
   as short as ``BURST_WINDOW`` is off: bursts are the spike rule's, whose thresholds are
   calibrated, while a minute's envelope cannot know a cache's next warm-up.
 
+One numeric definition: a tick of the budgets is ``budgets`` in alarm/detector/_whole_tick.c
+(the windows' means, each cell's mode, then ``budget_loop`` of _fused.c per horizon), run by
+the whole native tick; this module holds the budgets' settings, state and figures.
+
 A declared budget that fires on a surface's ordinary traffic for more than
 ``MISCONFIGURED_SECONDS`` is reported as misconfigured (``misconfigured``) and from then on
 judges what comes on top of that traffic, as a derived one does, instead of holding one page
@@ -35,13 +39,10 @@ open forever.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from types import ModuleType
 
 import numpy as np
 
 from alarm.config import BudgetRule
-from alarm.detector import fused
 from alarm.settings import parse_duration
 
 ENVELOPE_MARGIN = 1.25  # a derived allowance is this much above the envelope
@@ -68,28 +69,6 @@ def horizon_window(name: str, allowance: float, tolerance: float) -> float:
 
 def capacity_bits(nbytes: int, events: int, meta_bits_per_event: float) -> float:
     return 8.0 * nbytes + meta_bits_per_event * events
-
-
-class CapacityBudget:
-    __slots__ = ("excess", "rule")
-
-    def __init__(self, rule: BudgetRule):
-        self.rule = rule
-        self.excess = 0.0  # bits above allowance, accumulated (the CUSUM statistic)
-
-    def update(self, bits: float, seconds: float) -> float:
-        self.excess = max(0.0, self.excess + bits - self.rule.allowance_bits_per_second * seconds)
-        return self.excess
-
-    @property
-    def exceeded(self) -> bool:
-        return self.excess > self.rule.tolerance_bits
-
-    def to_state(self) -> dict:
-        return {"excess": self.excess}
-
-    def load_state(self, state: dict) -> None:
-        self.excess = float(state.get("excess", 0.0))
 
 
 class BudgetBank:
@@ -162,7 +141,6 @@ class BudgetBank:
         self.window_bits = np.zeros((2, width, n))
         self.age = np.zeros(n)
         self.misconfigured = np.zeros(n, dtype=bool)
-        self._following = np.zeros((width, n), dtype=bool)
         # Horizons a derived budget keeps (see the module docstring).
         self.fitted = self.window * tick > BURST_WINDOW
 
@@ -171,10 +149,6 @@ class BudgetBank:
         # The sum over the envelope's allowance, for every row: a declared budget may turn
         # out to be misconfigured, and then it follows what the surface carries too.
         self.follow_excess = np.zeros((width, n))
-        # One window per horizon for every row (padding included): see _window_means.
-        uniform = (self.window == self.window[:, :1]).all() if n else False
-        self._uniform_window = self.window[:, 0].copy() if uniform else None
-        self._modes_cache: tuple[tuple, _Modes] | None = None
 
     def tick_arrays(self) -> dict[str, np.ndarray]:
         """The arrays the whole native tick reads and writes (fused.py), by name."""
@@ -201,196 +175,6 @@ class BudgetBank:
         fixed = (self.allowance, self.tolerance, self.declared_allowance, self.window)
         return sum(a.nbytes for a in fixed) + sum(getattr(self, a).nbytes for a in self.STATE)
 
-    def update(
-        self, bits: np.ndarray, seconds: float, now: float = 0.0
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Add one tick (ending at ``now``).  Returns (projected ratio, ratio): the largest
-        S/h over the horizons with and without the one-tick look-ahead."""
-        learning = self.age < LEARNING_SECONDS
-        self.age += seconds
-        self.window_bits += bits
-        mean = self._window_means(seconds, learning)
-        now_learning = self.age < LEARNING_SECONDS
-        settling = learning & ~now_learning
-        if settling.any():
-            self._settle(settling)
-        modes = self._modes(now_learning, seconds)
-        native = fused.native()
-        if native is not None:
-            return self._update_native(native, bits, seconds, mean, modes)
-        followed = self._follow(bits, seconds, mean, modes)
-        # Rows that follow what they carry are judged by the sum over the envelope.
-        if not self._following.any():
-            before = self.excess
-        elif self._following.all():
-            before = followed
-        else:
-            before = np.where(self._following, followed, self.excess)
-        after = before + bits
-        after -= self.allowance * seconds
-        np.maximum(after, 0.0, out=after)
-        step = after - before
-        ratio = after * self._inv_tolerance
-        projected = look_ahead(after, step, self.last_step)
-        projected *= self._inv_tolerance
-        self.excess = after
-        self.last_step = step
-        return projected.max(axis=0), ratio.max(axis=0)
-
-    def _update_native(
-        self, native: ModuleType, bits: np.ndarray, seconds: float, mean: np.ndarray, m: _Modes
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``_follow`` and the sums of ``update`` in one pass over the cells (fused.py)."""
-        f64 = np.float64
-        cells = self.excess.shape
-        declared = m.declared if m.declared is not None else np.zeros(cells, dtype=bool)
-        fixed = (m.rise_floor, m.k_floor, m.allowance_floor, m.tolerance_floor, m.margin_seconds)
-        fixed += (self.declared_allowance, self.declared_tolerance)
-        # Written in place (both paths keep them C-contiguous float64 of the cells' shape):
-        # three fresh arrays of cells each tick are page faults at 100k rows.
-        out = (self.allowance, self.tolerance, self._inv_tolerance)
-        projected, ratio = np.empty(bits.size), np.empty(bits.size)
-        native.budget_step(
-            np.ascontiguousarray(bits, dtype=f64),
-            np.ascontiguousarray(mean, dtype=f64),
-            *(np.ascontiguousarray(a, dtype=f64) for a in fixed),
-            np.ascontiguousarray(declared, dtype=bool),
-            np.ascontiguousarray(m.following, dtype=bool),
-            seconds,
-            self._forget,
-            self._rise,
-            ENVELOPE_MARGIN,
-            self.envelope,
-            self.follow_excess,
-            self.excess,
-            self.last_step,
-            *out,
-            projected,
-            ratio,
-        )
-        self._following = m.following
-        return projected, ratio
-
-    def _follow(
-        self, bits: np.ndarray, seconds: float, mean: np.ndarray, modes: _Modes
-    ) -> np.ndarray:
-        """Learn the envelope and the tail of the sum over it; set the allowance and tolerance
-        of the rows that follow what they carry (derived once known, misconfigured).  Returns
-        the sum over the envelope as it was before this tick."""
-        # The envelope: the largest window mean, forgetting; once known, rising at most
-        # max_learn_up a day (modes.rise_floor is +inf while a row is new: it follows freely).
-        grown = self.envelope * self._forget
-        np.maximum(grown, mean, out=grown)
-        capped = self.envelope * self._rise
-        np.maximum(capped, modes.rise_floor, out=capped)
-        np.minimum(grown, capped, out=grown)
-        self.envelope = grown
-        k = ENVELOPE_MARGIN * self.envelope
-        np.maximum(k, modes.k_floor, out=k)
-        before = self.follow_excess
-        follow_excess = before + bits
-        follow_excess -= k * seconds
-        np.maximum(follow_excess, 0.0, out=follow_excess)
-        self.follow_excess = follow_excess
-        # Rows that follow: k, and MARGIN_WINDOWS windows at k.  While new: the declared budget
-        # raised to k, its tolerance never below the margin at that; declared rows: declared.
-        allowance = np.maximum(modes.allowance_floor, k)
-        tolerance = allowance * modes.margin_seconds
-        np.maximum(tolerance, modes.tolerance_floor, out=tolerance)
-        if modes.declared is not None:
-            np.copyto(allowance, self.declared_allowance, where=modes.declared)
-            np.copyto(tolerance, self.declared_tolerance, where=modes.declared)
-        self.allowance = allowance
-        self.tolerance = tolerance
-        self._inv_tolerance = 1.0 / tolerance
-        self._following = modes.following
-        return before
-
-    def _window_means(self, seconds: float, learning: np.ndarray) -> np.ndarray:
-        """The mean capacity (bits/s) of each horizon's current windows, the larger of the two
-        sets; windows that end with this tick start again.
-
-        Shorter windows read their bits so far over the time so far: their envelope covers
-        the bursts a surface makes within them (a cache's warm-ups), which are the spike
-        rule's.  Windows of ``SETTLED_WINDOW`` or more, the horizons that catch drips, read
-        their bits over at least half a window: one of the two sets is always that full, so
-        steady traffic reads its own rate, while one write at the start of a day does not
-        read as its size over a few ticks (that kept a quiet surface's day allowance at
-        several times what it carries, and the day horizon learned a 10 bit/s drip faster
-        than it summed it).  Rows still learning read the means so far (``_settle``)."""
-        ticks = np.round(self.age / seconds).astype(np.int64)
-        window = self.window
-        if self._uniform_window is not None and ticks.min() == ticks.max():
-            # Every row at the same phase (the usual case: surfaces declared together, one
-            # window per horizon): the phase is a number per horizon, broadcast over the rows.
-            ticks, window = ticks[:1], self._uniform_window[:, None]
-        phase = ticks % window
-        offset = np.stack([phase, (phase + window // 2) % window])
-        done = offset == 0
-        held = np.where(done, window, offset)
-        # Windows of a day or more (the drips' horizons) are read over at least half a window.
-        floor = np.where(window * seconds >= SETTLED_WINDOW, window - window // 2, 1)
-        settled = (self.window_bits / (np.maximum(held, floor) * seconds)).max(axis=0)
-        if learning.any():
-            np.maximum(self.settled_envelope * self._forget, settled, out=self.settled_envelope)
-            so_far = (self.window_bits / (held * seconds)).max(axis=0)
-            mean = np.where(learning, so_far, settled)
-        else:
-            mean = settled
-        if done.any():
-            np.copyto(self.window_bits, 0.0, where=done)
-        return mean
-
-    def _settle(self, rows: np.ndarray) -> None:
-        """Rows that stop learning keep the envelope of windows at least half full (a state
-        saved before there was one has none: those keep the envelope they have)."""
-        known = rows & (self.settled_envelope > 0).any(axis=0)
-        self.envelope[:, known] = self.settled_envelope[:, known]
-
-    def _modes(self, learning: np.ndarray, seconds: float) -> _Modes:
-        """What each (horizon, row) follows this tick.  It changes only when a row stops
-        learning or is found misconfigured, so it is rebuilt only then."""
-        key = (np.packbits(learning).tobytes(), np.packbits(self.misconfigured).tobytes(), seconds)
-        if self._modes_cache is None or self._modes_cache[0] != key:
-            self._modes_cache = (key, self._build_modes(learning, seconds))
-        return self._modes_cache[1]
-
-    def _build_modes(self, learning: np.ndarray, seconds: float) -> _Modes:
-        misconfigured = self.misconfigured
-        follows = self.derived | misconfigured
-        following = follows & self.fitted & ~learning
-        padding = ~np.isfinite(self.declared_allowance)
-        k_floor = np.where(
-            misconfigured,
-            np.maximum(self.floor_allowance, self.declared_allowance),
-            self.floor_allowance,
-        )
-        k_floor[padding] = np.inf
-        rise_floor = np.where(learning, np.inf, self.floor_allowance / ENVELOPE_MARGIN)
-        off = self.derived & ~self.fitted & ~learning  # a derived budget's burst horizon
-        allowance_floor = np.where(
-            following, -np.inf, np.where(off, np.inf, self.declared_allowance)
-        )
-        tolerance_floor = np.where(
-            following,
-            np.where(
-                misconfigured,
-                np.maximum(self.floor_tolerance, self.declared_tolerance),
-                self.floor_tolerance,
-            ),
-            self.declared_tolerance,
-        )
-        declared = ~follows & ~padding
-        return _Modes(
-            following=following,
-            k_floor=k_floor,
-            rise_floor=rise_floor,
-            allowance_floor=allowance_floor,
-            tolerance_floor=tolerance_floor,
-            margin_seconds=MARGIN_WINDOWS * self.window * seconds,
-            declared=declared if declared.any() else None,
-        )
-
     def mark_misconfigured(self, rows: np.ndarray) -> None:
         """Declared budgets that fired on ordinary traffic for too long: judge from now on what
         comes on top of it (the sum starts again, so the page closes)."""
@@ -412,19 +196,6 @@ class BudgetBank:
     def binding(self, row: int) -> int:
         """The horizon closest to (or furthest past) its tolerance."""
         return int(np.argmax(self.excess[:, row] / self.tolerance[:, row]))
-
-
-@dataclass(slots=True, frozen=True)
-class _Modes:
-    """Per (horizon, row), what its budget follows; fixed while no row changes mode."""
-
-    following: np.ndarray  # bool: judged by the sum over the envelope
-    k_floor: np.ndarray  # the least a followed allowance is (+inf on padding)
-    rise_floor: np.ndarray  # the envelope's rise cap never below this (+inf while new)
-    allowance_floor: np.ndarray  # -inf where following, +inf where off, else declared
-    tolerance_floor: np.ndarray
-    margin_seconds: np.ndarray  # a tolerance is this many seconds at its allowance
-    declared: np.ndarray | None  # bool: rows judged by their declared budget, if any
 
 
 def look_ahead(after: np.ndarray, step: np.ndarray, last_step: np.ndarray) -> np.ndarray:

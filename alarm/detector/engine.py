@@ -135,24 +135,15 @@ class Detector:
         for j, members in enumerate(plan.aggregate_of):
             self._agg_index[members] = j
             self.aggregates[self.keys[self.members + j]] = [self.keys[i] for i in members]
-        # An aggregate (one per kind) is summed over its members, a slice where they are
-        # contiguous: a tenth of the time bincount takes at 100k rows.  Not a product with
-        # indicator rows: BLAS threads that one, and with the other cores busy (the
-        # collectors) its threads wait on each other for milliseconds.
+        # Each aggregate's members, a slice where they are one run of rows.  Where some are
+        # not (kinds declared interleaved) the native tick sums every aggregate by one gather
+        # of the member rows grouped by aggregate (whole_tick.py), not by a slice each.
         self._agg_members: list[slice | np.ndarray] | None = None
         if self._agg_count:
             self._agg_members = [as_slice(np.asarray(m)) for m in plan.aggregate_of]
-        # Where some aggregate's members are not one run of rows (kinds declared interleaved),
-        # the member rows grouped by aggregate and where each group starts: one gather and
-        # one reduceat sum every aggregate (a gather and a sum per aggregate cost more at a
-        # few dozen rows, where a tick is mostly calls).
-        self._agg_gather: tuple[np.ndarray, np.ndarray] | None = None
-        if self._agg_members is not None and not all(
+        self._agg_interleaved = self._agg_members is not None and not all(
             isinstance(m, slice) for m in self._agg_members
-        ):
-            order = np.concatenate([np.asarray(m, dtype=np.int64) for m in plan.aggregate_of])
-            starts = np.cumsum([0] + [len(m) for m in plan.aggregate_of[:-1]])
-            self._agg_gather = (order, starts.astype(np.int64))
+        )
         # The aggregates' members statistic (swarm.py), one more statistic of their spike rule.
         self.swarm = MemberShift(
             n,
@@ -257,7 +248,7 @@ class Detector:
         constants |= self.swarm.tick_constants()
         constants |= TailBank.tick_constants()
         constants |= {
-            "gather": float(self._agg_gather is not None),
+            "gather": float(self._agg_interleaved),
         }
         whole = WholeTick(
             native,
@@ -585,25 +576,6 @@ class Detector:
                 self.targets[row],
             )
         bank.mark_misconfigured(rows)
-
-    def _sum_by_aggregate(self, values: np.ndarray, out: np.ndarray) -> None:
-        """Each row of ``values`` (columns: the members) summed per aggregate into ``out``
-        (columns: the aggregates)."""
-        if self._agg_gather is not None:
-            order, starts = self._agg_gather
-            np.add.reduceat(values.take(order, axis=1), starts, axis=1, out=out)
-            return
-        for j, members in enumerate(self._agg_members or ()):
-            values[:, members].sum(axis=1, out=out[:, j])
-
-    def _suppress_aggregates(self, *breaches: np.ndarray) -> None:
-        """An aggregate's breach of each rule is dropped where a member breached it too."""
-        n = self.members
-        members = np.array([breach[:n] for breach in breaches], dtype=np.float64)
-        breached = np.empty((len(breaches), self._agg_count))
-        self._sum_by_aggregate(members, out=breached)
-        for breach, count in zip(breaches, breached, strict=True):
-            breach[n:] &= count == 0
 
     def _spike_figures(self) -> tuple[np.ndarray, np.ndarray]:
         """The last tick's spike threshold (bytes/s a written tick must pass; +inf where not

@@ -1,13 +1,12 @@
-"""The detector's fused per-row passes, native where the extension was built.
+"""The detector's native extension: the whole tick and the rules written once in C.
 
-A tick at 100k surfaces is some 150 numpy passes over arrays of 100k-300k values, each
-reading and writing whole arrays for one or two float operations.  ``_fused.c`` does the
-longest chains in one loop per row instead: the tails' SA and incidents, the size level, the
-seasonal level's prediction and learning, and the budget bank's envelopes and sums.  Each loop does the same float operations in the same order and precision
-as the numpy code that stays beside it, so the two agree bit for bit (on numbers: no NaN
-reaches them), and that code runs where no C compiler was available at install
-(``optional=True`` in setup.py, as for the kernel scanner).  The tests run both paths and
-compare every state array and every alert change.
+Every rule the detector runs on each tick has one numeric definition.  The core rules (spike,
+budget, the aggregates' members statistic) are the whole native tick (``_whole_tick.c``, with
+the loops of ``_fused.c``), driven by whole_tick.py; the beacon and duty rules are one
+function each in ``_fused.c`` (rules/beacon.py, rules/duty.py); the rules on weeks are numpy
+in their own modules (rules/).  There is no numpy twin of the native code to fall back on, so
+the extension is required at install (setup.py) and an install without it stops at start with
+one line (``required``).  docs/detector.md ("Each rule written once") says how this was chosen.
 """
 
 from __future__ import annotations
@@ -18,14 +17,6 @@ try:  # built by pip where a compiler is
     from alarm.detector import _fused as built
 except ImportError:  # pragma: no cover - exercised where the extension was not built
     built = None
-# What the passes that have a numpy twin use (tests and bench/detection/tick_paths.py set it
-# to None to run the numpy code); the rules whose one definition is native use ``required``.
-native_module = built
-
-
-def native() -> ModuleType | None:
-    """The native passes, or None: callers run their numpy code."""
-    return native_module
 
 
 class NativeMissing(RuntimeError):
@@ -33,7 +24,7 @@ class NativeMissing(RuntimeError):
 
 
 def required() -> ModuleType:
-    """The extension, for the rules whose one definition is native (rules/beacon.py)."""
+    """The extension, or NativeMissing with what to do about it."""
     if built is None:
         raise NativeMissing(
             "alarm.detector._fused is not built: reinstall capalarm where a C compiler is "
@@ -44,6 +35,4 @@ def required() -> ModuleType:
 
 def code_path() -> str:
     """What a benchmark says it measured."""
-    if native_module is None:
-        return "numpy (no native extension)"
-    return "native whole tick (whole_tick.py) where its rules allow, else fused passes"
+    return "native whole tick (alarm/detector/_whole_tick.c, _fused.c)"

@@ -32,12 +32,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from types import ModuleType
 
 import numpy as np
 
 from alarm.config import SpikeRule
-from alarm.detector import fused
 
 DAY = 86400.0
 WEEK = 7 * DAY
@@ -98,7 +96,6 @@ class SeasonalBaseline:
         # Daily-profile neighbours looked at on either side of the current slot, per row.
         self.reach = np.array([round(r.seasonal_window / DAY_SLOT) for r in rules], np.int64)
         self._reach_max = int(self.reach.max()) if n else 0
-        self._reach_uniform = bool(n == 0 or (self.reach == self._reach_max).all())
         log_up = np.array([math.log(r.max_learn_up) for r in rules], dtype=f64)
         # Largest rise per update: the day's (week's) allowance spread over the updates a
         # slot gets in a day (week).  The recent level is updated every tick.
@@ -158,198 +155,6 @@ class SeasonalBaseline:
 
     def nbytes(self) -> int:
         return sum(getattr(self, name).nbytes for name in self.STATE)
-
-    def _rate(self, y: np.ndarray) -> np.ndarray:
-        # expm1 as exp - 1 in float32 (vectorised; float64 expm1 is seven times slower): the
-        # log-rates are float32 profiles, so float32's 1e-7 relative error is theirs already.
-        with np.errstate(over="ignore"):  # past 88 (a threshold far above any rate): +inf
-            e = np.exp(y.astype(np.float32))
-        e -= np.float32(1.0)
-        return self.unit * e
-
-    def predict(self, start: float) -> Prediction:
-        """The baseline and threshold for the tick that began at ``start``."""
-        s, w = self.slots(start)
-        native = fused.native()
-        if native is not None:
-            pred_y, spread = self._level_native(native, s, w)
-        else:
-            pred_y, spread = self._level(s, w)
-        base = self._rate(pred_y)
-        thr = self._rate(pred_y + self.z * spread)
-        np.minimum(thr, base * self.max_ratio, out=thr)
-        np.maximum(thr, base * self.min_ratio, out=thr)
-        np.maximum(thr, self.floor, out=thr)
-        ready = self.count >= self.min_ticks
-        judged = np.where(ready & self.enabled, thr, np.inf)
-        return Prediction(pred_y, base, judged, ready, s, w)
-
-    def _level(self, s: int, w: int) -> tuple[np.ndarray, np.ndarray]:
-        """The predicted log-rate and the spread of every row at daily slot ``s`` and weekly
-        slot ``w``."""
-        need_d = self.slot_ticks_day
-        need_w = self.slot_ticks_week
-        seas = np.full(self.rows, -np.inf, dtype=np.float32)
-        for off in range(-self._reach_max, self._reach_max + 1):
-            slot = (s + off) % DAY_SLOTS
-            ok = self.day_n[slot] >= need_d
-            if off and not self._reach_uniform:
-                ok &= self.reach >= abs(off)
-            np.maximum(seas, np.where(ok, self.day[slot], -np.inf), out=seas)
-        week_ok = self.week_n[w] >= need_w
-        seas += self._weekday_shift(w, week_ok)
-        np.maximum(seas, np.where(week_ok, self.week[w], -np.inf), out=seas)
-        use = self.seasonal & np.isfinite(seas)
-        pred_y = np.where(use, seas, self.recent).astype(np.float64)
-        spread = np.where(
-            self.mad > MAD_EPS, MAD_TO_SD * self.mad, MEANAD_TO_SD * self.meanad
-        ).astype(np.float64)
-        np.maximum(spread, SPREAD_MIN, out=spread)
-        return pred_y, spread
-
-    def _level_native(self, native: ModuleType, s: int, w: int) -> tuple[np.ndarray, np.ndarray]:
-        """``_level`` in one pass over the rows (fused.py), bit for bit the same."""
-        pred_y, spread = np.empty(self.rows), np.empty(self.rows)
-        native.seasonal_predict(
-            self.day,
-            self.day_n,
-            self.week[w],
-            self.week_n[w],
-            self.recent,
-            self.mad,
-            self.meanad,
-            self.seasonal,
-            self.reach,
-            self.dip_max,
-            s,
-            (w % 24) * DAY_SLOTS_PER_HOUR,
-            self._reach_max,
-            DAY_SLOTS_PER_HOUR,
-            self.slot_ticks_day,
-            self.slot_ticks_week,
-            MAD_EPS,
-            SPREAD_MIN,
-            pred_y,
-            spread,
-        )
-        return pred_y, spread
-
-    def _weekday_shift(self, w: int, week_ok: np.ndarray) -> np.ndarray:
-        """How far this weekday's hour lies below the daily profile's mean over the same hour
-        (log-rate, in [-ln weekday_dip_max, 0]); 0 where either is not ready."""
-        first = (w % 24) * DAY_SLOTS_PER_HOUR
-        hour = slice(first, first + DAY_SLOTS_PER_HOUR)
-        ready = self.day_n[hour] >= self.slot_ticks_day
-        count = ready.sum(axis=0)
-        mean = np.where(ready, self.day[hour], 0.0).sum(axis=0, dtype=np.float32)
-        mean /= np.maximum(count, 1)
-        shift = np.minimum(self.week[w] - mean, np.float32(0.0))
-        np.maximum(shift, -self.dip_max, out=shift)
-        return np.where(week_ok & (count > 0), shift, np.float32(0.0))
-
-    def learn(self, rate: np.ndarray, p: Prediction, settled: np.ndarray | None = None) -> None:
-        """Learn one tick's rates (bytes/s), clipped to the threshold they were judged by.
-        The profiles learn only ``settled`` rows: a rate still averaging in from the first
-        tick would be the slot's level for a day (the daily slot) or a week (the weekly).
-        ``None``: every row is settled."""
-        if settled is None:
-            settled = np.ones(self.rows, dtype=bool)
-        # float32 throughout: log-rates need no more, and half the memory traffic is half
-        # the time at 100k rows.
-        f32 = np.float32
-        y = np.minimum(rate, p.threshold).astype(f32)
-        y /= self._unit32
-        # log1p as log(1 + y): numpy has no vectorised float32 log1p, and a profile in float32
-        # cannot hold what the difference is (below 1e-7 of 1 + y).
-        y += f32(1.0)
-        np.log(y, out=y)
-        native = fused.native()
-        if native is not None:
-            self._learn_native(native, y, p, settled)
-            return
-        warm = ~p.ready  # still learning: no rise cap, running mean
-        n1 = (self.count + 1).astype(f32)
-
-        # Spread of the residual against what was predicted (before this tick is learned).
-        resid = y - p.pred_y.astype(f32)
-        np.abs(resid, out=resid)
-        a = np.maximum(f32(1.0) / n1, self._alpha32)
-        cap = np.maximum(MEANAD_TO_SD * self.meanad, f32(SPREAD_MIN))
-        cap *= f32(4.0)
-        cap += f32(1.0)
-        self.meanad += a * (np.minimum(resid, cap) - self.meanad)
-        step = np.maximum(f32(MAD_STEP), f32(2.0) / n1)
-        step *= np.maximum(self.mad, f32(0.05))
-        self.mad += np.where(resid > self.mad, step, -step)
-        np.maximum(self.mad, f32(0.0), out=self.mad)
-
-        # Recent level.
-        delta = a * (y - self.recent)
-        delta = np.where(warm, delta, np.minimum(delta, self._rise_recent32))
-        self.recent += delta
-
-        # Profiles: running mean over the first occurrence, then an average over about
-        # PROFILE_MEMORY occurrences, rising at most max_learn_up per occurrence.
-        self._learn_slot(
-            self.day, self.day_n, p.day_slot, y, self.slot_ticks_day, self.rise_day, settled
-        )
-        self._learn_slot(
-            self.week, self.week_n, p.week_slot, y, self.slot_ticks_week, self.rise_week, settled
-        )
-        self.count += 1
-
-    def _learn_native(
-        self, native: ModuleType, y: np.ndarray, p: Prediction, settled: np.ndarray
-    ) -> None:
-        """The rest of ``learn`` in one pass over the rows (fused.py), bit for bit the same."""
-        d, w = p.day_slot, p.week_slot
-        native.seasonal_learn(
-            y,
-            p.pred_y,
-            p.ready,
-            np.ascontiguousarray(settled, dtype=bool),
-            self.count,
-            self._alpha32,
-            self.meanad,
-            self.mad,
-            self.recent,
-            self._rise_recent32,
-            self.day[d],
-            self.day_n[d],
-            self.rise_day,
-            self.slot_ticks_day,
-            1.0 / (PROFILE_MEMORY * self.slot_ticks_day),
-            self.week[w],
-            self.week_n[w],
-            self.rise_week,
-            self.slot_ticks_week,
-            1.0 / (PROFILE_MEMORY * self.slot_ticks_week),
-            (1.0 - PROFILE_EXPECTILE) / PROFILE_EXPECTILE,
-        )
-
-    def _learn_slot(
-        self,
-        prof: np.ndarray,
-        counts: np.ndarray,
-        slot: int,
-        y: np.ndarray,
-        slot_ticks: float,
-        rise: np.ndarray,
-        settled: np.ndarray,
-    ) -> None:
-        f32 = np.float32
-        c = counts[slot]
-        n = c.astype(f32)
-        a = np.maximum(f32(1.0) / (n + f32(1.0)), f32(1.0 / (PROFILE_MEMORY * slot_ticks)))
-        err = y - prof[slot]
-        # An expectile, not a mean: a job that fills two thirds of its slot every night sets
-        # the slot's level, instead of being averaged away with the quiet minutes around it.
-        below = f32((1.0 - PROFILE_EXPECTILE) / PROFILE_EXPECTILE)
-        a *= np.where(err > 0, f32(1.0), below)
-        a *= err
-        delta = np.where(n >= f32(slot_ticks), np.minimum(a, rise), a)
-        prof[slot] += np.where(settled, delta, f32(0.0))
-        c += settled & (c < 65535)
 
     def seed(self, row: int, rate: float, samples: int) -> None:
         """Start a row from a v1 saved window (its median rate over ``samples`` ticks)."""

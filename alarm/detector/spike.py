@@ -32,7 +32,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from alarm.config import SpikeRule
-from alarm.detector import fused
 from alarm.detector.seasonal import DAY, Prediction, SeasonalBaseline
 from alarm.detector.tail import TailBank, target_rate
 
@@ -97,64 +96,6 @@ class SizeLevel:
         return {f"size.{a}": getattr(self, a) for a in self.STATE if a != "hour"} | {
             "size.hour": self.hour
         }
-
-    def predict(self, hour: int) -> np.ndarray:
-        use = self.hour_n[hour] >= SIZE_READY
-        return np.where(use, self.hour[hour].astype(np.float64), self.overall)
-
-    def learn(self, x: np.ndarray, written: np.ndarray, hour: int, level: np.ndarray) -> None:
-        native = fused.native()
-        if native is not None:
-            slots = (self.hour[hour], self.hour_n[hour])
-            native.size_learn(
-                x,
-                written,
-                level,
-                self.alpha_slot,
-                self.overall,
-                self.count,
-                self.spread,
-                *slots,
-                self.age,
-            )
-            return
-        w = written
-        n1 = self.count + 1.0
-        bound = HUBER * self.spread
-        low = -bound
-        # Rows without a write this tick step by 0 (a = 0), in place.
-        a = 1.0 / n1
-        np.maximum(a, 1e-3, out=a)
-        a *= w
-        resid = _clipped(x - level, low, bound)
-        np.abs(resid, out=resid)
-        resid -= self.spread
-        resid *= a
-        step = _clipped(x - self.overall, low, bound)
-        step *= a
-        self.overall += step
-        np.copyto(self.overall, x, where=w & (self.count == 0))
-        self.spread += resid
-        np.maximum(self.spread, 0.05, out=self.spread)
-        c = self.hour_n[hour]
-        slot = self.hour[hour].astype(np.float64)
-        a_slot = 1.0 / (c + 1.0)
-        np.maximum(a_slot, self.alpha_slot, out=a_slot)
-        moved = _clipped(x - slot, low, bound)
-        moved *= a_slot
-        moved += slot
-        np.copyto(moved, x, where=c == 0)
-        np.copyto(self.hour[hour], moved, where=w, casting="same_kind")
-        c += w & (c < np.iinfo(np.uint32).max)
-        self.count += w
-        self.age += 1
-
-
-def _clipped(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """``values`` clipped to [low, high], in place (np.clip's wrapper costs more than it does)."""
-    np.maximum(values, low, out=values)
-    np.minimum(values, high, out=values)
-    return values
 
 
 class SpikeModel:
@@ -260,74 +201,6 @@ class SpikeModel:
     def learning(self) -> np.ndarray:
         """Rows where no statistic judges yet."""
         return self.enabled & ~self._per_statistic(self.tail.ready).any(axis=0)
-
-    def judge(self, start: float, nbytes: np.ndarray) -> SpikeJudgement:
-        """The tick that began at ``start`` with ``nbytes`` per row."""
-        tick = self.tick
-        rate = nbytes / tick
-        # Averaged from the first tick as if the past had been like it (no slow start).
-        first = self.size.age == 0
-        self.rates += self.alphas * (rate - self.rates)
-        if first.any():
-            self.rates[:, first] = rate[first]
-        level = self.baseline.predict(start)
-        hour = int((start % DAY) // HOUR)
-        # (statistic, row) arrays filled in place: [size | 5m | 30m].
-        residuals = np.empty((len(STATISTICS), rate.size))
-        log_bytes = np.log(np.maximum(nbytes, 1.0))
-        size_level = self.size.predict(hour)
-        np.subtract(log_bytes, size_level, out=residuals[0])
-        # log1p of the rates in float32, as log(1 + x): numpy's float64 log1p is ten times
-        # slower, and the tails keep their peaks in float32 (what is lost is below 1e-6).
-        y = np.empty(self.rates.shape, dtype=np.float32)
-        np.divide(self.rates, self.unit, out=y, casting="same_kind")
-        y += np.float32(1.0)
-        np.log(y, out=y)
-        np.subtract(y, level.pred_y, out=residuals[1:])
-        judged = np.ones(residuals.shape, dtype=bool)
-        np.greater(nbytes, 0.0, out=judged[0])  # a tick without writes has no size
-        thresholds = self._per_statistic(self.tail.threshold())
-        if not self.enabled.all():
-            thresholds = np.where(self.enabled, thresholds, np.inf)
-        over = residuals - thresholds
-        np.copyto(over[0], -np.inf, where=~judged[0])
-        worst = over.max(axis=0)
-        breach = (worst > 0) & (np.maximum(rate, self.rates.max(axis=0)) >= self.floor)
-        breach |= rate > self.absolute
-        clear = (worst <= self.log_hyst) & (rate <= self.absolute)
-        settled = self.size.age * tick >= WARMUP_SECONDS
-        return SpikeJudgement(
-            breach,
-            clear,
-            residuals,
-            judged,
-            thresholds,
-            over,
-            level,
-            size_level,
-            log_bytes,
-            settled,
-        )
-
-    def size_known(self, j: SpikeJudgement, rows: slice = slice(None)) -> np.ndarray:
-        """Of ``rows``, those whose size residual this tick measures a write against a known
-        level."""
-        return j.judged[0][rows] & j.settled[rows] & (self.size.count[rows] >= SIZE_READY)
-
-    def learn(self, j: SpikeJudgement, start: float, nbytes: np.ndarray, seconds: float) -> None:
-        hour = int((start % DAY) // HOUR)
-        r = j.residuals.reshape(-1)
-        settled = j.settled
-        judged = j.judged & settled
-        judged[0] &= self.size.count >= SIZE_READY
-        judged = judged.reshape(-1)
-        z = j.thresholds.reshape(-1)
-        self.tail.update(r, judged, start + seconds, seconds, judged & (r > z))
-        # Levels learn what was not a spike.
-        calm = ~j.breach
-        written = (nbytes > 0) & calm
-        self.size.learn(j.log_bytes, written, hour, j.size_level)
-        self.baseline.learn(np.where(calm, self.rates[-1], j.level.baseline), j.level, settled)
 
     def onset_score(self, j: SpikeJudgement) -> np.ndarray:
         """Per row, a graded form of the rule's verdict for scorers that sweep a threshold

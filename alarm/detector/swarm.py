@@ -95,44 +95,6 @@ class MemberShift:
         """The scalars the whole native tick needs of the members statistic (fused.py)."""
         return {"swarm_decay": self.decay, "swarm_huber": HUBER, "min_writes": MIN_WRITES}
 
-    def judge(
-        self, residual: np.ndarray, written: np.ndarray, spread: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """One tick: ``residual`` the members' size residuals, ``written`` where a member's
-        size level judges this tick, ``spread`` its residuals' spread.  Returns (breach,
-        clear) per aggregate."""
-        n = residual.size
-        # In place, over a buffer kept between ticks: at 100k members every pass counts.
-        u = self._u if self._u.size == n else np.empty(n)
-        self._u = u
-        np.divide(residual, spread, out=u)
-        np.minimum(u, HUBER, out=u)
-        np.maximum(u, -HUBER, out=u)
-        u *= written  # a member without a judged write this tick adds nothing
-        d = self.decay
-        s, v, w = self.sum[:n], self.var[:n], self.writes[:n]
-        s *= d
-        s += u
-        v *= d * d
-        v += written
-        w *= d
-        w += written
-        for j, members in enumerate(self.aggregate_of):
-            total_v = float(v[members].sum())
-            self.score[j] = float(s[members].sum()) / math.sqrt(total_v) if total_v > 0 else 0.0
-            self.judged[j] = float(w[members].sum()) >= MIN_WRITES
-        self.judged &= self.enabled
-        threshold = self.threshold()
-        breach = self.score > threshold
-        clear = ~self.judged | (self.score <= threshold + self.log_hyst * self.tail.sigma)
-        return breach, clear
-
-    def learn(self, now: float, seconds: float, settled: np.ndarray) -> None:
-        """After ``judge``: the tail learns this tick's Z where judged and ``settled``."""
-        judged = self.judged & settled
-        z = self.tail.threshold()
-        self.tail.update(self.score, judged, now, seconds, judged & (self.score > z))
-
     def threshold(self) -> np.ndarray:
         """Per aggregate, the Z its members must pass (+inf where it does not judge)."""
         return np.where(self.judged, self.tail.threshold(), np.inf)

@@ -1,17 +1,16 @@
 """The detector's whole tick in native code: the buffers it fills and the calls in order.
 
-``Detector.evaluate_arrays`` is some two hundred numpy passes and Python calls a tick.  At
-100k surfaces each pass is long and that is the right shape; at a few dozen (a backtest of a
-small fleet, 120,000 ticks for two weeks at 10 s) each is a microsecond of call for
-nanoseconds of work, and a tick costs half a millisecond whatever it holds.  ``_fused.Tick``
-(``_whole_tick.c``) does the same passes over the detector's own arrays, with numpy's
-exp and log between them (numpy's SIMD exp and log round differently from libm's, and the
-two paths must agree bit for bit: tests/test_fused.py compares every state array and change).
+The core rules (spike, budget, the aggregates' members statistic) have one numeric
+definition, this tick (``_fused.Tick`` in ``_whole_tick.c``, with ``_fused.c``'s loops): a
+tick is one native call where every alert is at rest, or its passes called one by one from
+``Detector._evaluate_phases`` around the Python work (alert documents, the seasonal budget,
+the tails' days).  Between its passes it calls numpy's exp and log, in place: they were what
+the deleted numpy code used, so the thresholds and figures are the ones the held-out
+benchmarks measured, and numpy's SIMD loops are faster than libm's at 100k rows.
 
 The detector's arrays are held by the native object for its life, so every path that
 changes them does so in place (restores, the tails' refits, misconfigured budgets); the
-buffers here are this object's.  Not on this path (the numpy code runs instead): the seasonal
-budget and the drop rule, both off by default.
+buffers here are this object's.
 """
 
 from __future__ import annotations
