@@ -30,22 +30,10 @@ from alarm.settings import Duration, Strict
 Severity = Literal["critical", "error", "warning", "info"]
 SEVERITY_ORDER: tuple[str, ...] = ("info", "warning", "error", "critical")
 
-# What each rule means for whoever is paged.  A budget overrun is information already leaving;
-# a forged record is someone hiding traffic; a spike may still be a busy build.
+# What each rule that is not a surface rule means for whoever is paged: a forged record is
+# someone hiding traffic, a lost one a blind spot.  The surface rules' defaults are their
+# own (alarm/detector/rules/: each rule's SEVERITY), passed in by the caller.
 DEFAULT_SEVERITIES: dict[str, str] = {
-    "spike": "warning",
-    "drop": "warning",
-    # A regular writer of one size: a C2 check-in or a timed leak, or a legitimate heartbeat.
-    "beacon": "warning",
-    # Written far more often than ever: a drip in small lumps, or a surface put to a new use.
-    "duty": "warning",
-    "budget": "critical",
-    # A day far above the surface's weeks: a patient writer the day-scale rules learnt.
-    "drift": "critical",
-    # A write into a surface silent for a week: a secret left where nobody looks.
-    "dormant": "critical",
-    # A surface with no declared budget past its kind's default in its first days.
-    "newsurface": "critical",
     "records_lost": "error",
     "forged_records": "critical",
     "source_down": "error",
@@ -303,5 +291,7 @@ class NotificationsConfig(Strict):
             seen.add(d.name)
         return self
 
-    def severity(self, rule: str) -> str:
-        return self.severities.get(rule) or DEFAULT_SEVERITIES.get(rule, "warning")
+    def severity(self, rule: str, rule_default: str | None = None) -> str:
+        """``rule``'s severity: as configured, else the rule's own default (a surface
+        rule's SEVERITY), else DEFAULT_SEVERITIES', else warning."""
+        return self.severities.get(rule) or rule_default or DEFAULT_SEVERITIES.get(rule, "warning")

@@ -23,10 +23,9 @@ import numpy as np
 
 from alarm.events import SourceHealth
 
-# The surface rules every surface has, then the optional ones (where they are on), in the
-# order ``SurfaceView.rule_states`` lists them; the registered rules follow.
+# The rules every surface has (a view's own fields); the others follow where they are on, in
+# the registry's order (alarm/detector/rules/), as each view's ``rule_alert_states`` holds them.
 CORE_RULES = ("spike", "budget")
-OPTIONAL_RULES = ("drop", "beacon", "duty")
 # A page of the API resumes after a surface named "KIND/NAME" (a kind has no '/').
 AFTER_SEP = "/"
 
@@ -54,9 +53,6 @@ class SurfaceView:
     budget_horizons: list[tuple[str, float, float, float]] = field(default_factory=list)
     seasonal_ratio: float = 0.0
     seasonal_judged: bool = False
-    drop_state: int | None = None  # None: the drop rule is off for this surface
-    beacon_state: int | None = None  # None: the beacon rule is off for this surface
-    duty_state: int | None = None  # None: the duty rule is off for this surface
     # The spike rule does not judge yet: its tails are not known (budgets and beacon protect).
     learning: bool = False
     # A declared budget that fired on ordinary traffic for a day: now judging what is on top.
@@ -65,15 +61,12 @@ class SurfaceView:
     # threshold (0 while not judged), alarm/detector/swarm.py.
     members_shift: float | None = None
     members_shift_threshold: float | None = None
-    # The registered rules (alarm/detector/rules/) on for this surface, and their states.
+    # The other rules (alarm/detector/rules/) on for this surface, and their states.
     rule_alert_states: dict[str, int] = field(default_factory=dict)
 
     def rule_states(self) -> dict[str, int]:
         """Every rule on the surface and its alert state (0 inactive, 1 pending, 2 firing)."""
-        optional = {"drop": self.drop_state, "beacon": self.beacon_state, "duty": self.duty_state}
-        states = {"spike": self.spike_state, "budget": self.budget_state}
-        states |= {rule: st for rule, st in optional.items() if st is not None}
-        return states | self.rule_alert_states
+        return {"spike": self.spike_state, "budget": self.budget_state} | self.rule_alert_states
 
 
 @dataclass(slots=True)
@@ -425,9 +418,6 @@ class SurfaceColumns:
             budget_horizons=horizons,
             seasonal_ratio=float(self.seasonal_ratio[row]),
             seasonal_judged=bool(self.seasonal_judged[row]),
-            drop_state=states.pop("drop", None),
-            beacon_state=states.pop("beacon", None),
-            duty_state=states.pop("duty", None),
             learning=bool(self.learning[row]),
             budget_misconfigured=bool(self.budget_misconfigured[row]),
             rule_alert_states=states,
@@ -540,7 +530,7 @@ class SurfaceColumns:
             if not v.budget_horizons:  # the surface's own figures stand for its first one
                 allowance[0, row], tolerance[0, row] = v.budget_allowance, v.budget_tolerance
                 excess[0, row] = v.budget_excess
-        names: list[str] = [*CORE_RULES, *OPTIONAL_RULES]
+        names: list[str] = [*CORE_RULES]
         for v in views:
             names += [r for r in v.rule_alert_states if r not in names]
         rules: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}

@@ -87,9 +87,6 @@ def views_per_row(p: Pipeline, top: int) -> list[SurfaceView]:
             events = int(table.events_total[members].sum())
             contributors, error = [], 0
         f = det.figures_of(row)
-        drop = det.drop_alerts.state[row] if det.drop_on(row) else None
-        beacon = det.beacon_alerts.state[row] if det.beacon_on(row) else None
-        duty = det.duty_alerts.state[row] if det.duty_on(row) else None
         views.append(
             SurfaceView(
                 kind=kind,
@@ -112,9 +109,6 @@ def views_per_row(p: Pipeline, top: int) -> list[SurfaceView]:
                 budget_horizons=f.horizons,
                 seasonal_ratio=f.seasonal_ratio,
                 seasonal_judged=f.seasonal_judged,
-                drop_state=None if drop is None else int(drop),
-                beacon_state=None if beacon is None else int(beacon),
-                duty_state=None if duty is None else int(duty),
                 learning=learning[row],
                 budget_misconfigured=bool(det.budget.misconfigured[row]),
                 rule_alert_states={

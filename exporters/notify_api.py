@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from alarm.detector.rules import default_severity
 from exporters.channels import ChannelSet
 from exporters.delivery import Channel
 from exporters.destinations import DestinationSet
@@ -89,7 +90,8 @@ def _alerts(outbox: Outbox, dests: DestinationSet, now: float) -> list[dict[str,
     tracked = []
     for fp, state, change, changed, transitions in alerts:
         m = AlertMemory(fp, state, change, changed, transitions)
-        severity = cfg.severity(str(change.get("rule")))
+        rule = str(change.get("rule"))
+        severity = cfg.severity(rule, default_severity(rule))
         silence = active_silence(cfg.silences, change, severity, now)
         tracked.append(
             {

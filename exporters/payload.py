@@ -14,9 +14,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from alarm.detector.rules import rules_that
 from alarm.sanitize import sanitize
 from alarm.surfaces import MAX_CONTRIBUTOR_CHARS, bounded_receipt
 from exporters.routing import target_of
+
+# The rules whose pages lead with the surface's rate against its threshold (Rule.RATE_PAGE).
+RATE_PAGES = rules_that("RATE_PAGE")
 
 # A forged record's sample line as shown: about one fence line (prefix, interfaces, MACs,
 # addresses, ports), never a page of workload text.
@@ -173,7 +177,7 @@ def summary(change: dict[str, Any], now: float | None = None) -> str:
     state = change.get("state")
     started = float(change.get("started_at") or change.get("at") or now)
     since = f"since {_clock(started)}"
-    if "surface" in change and "rate_bytes_per_second" in f and rule in ("spike", "budget"):
+    if "surface" in change and "rate_bytes_per_second" in f and rule in RATE_PAGES:
         rate = figure(f, "rate_bytes_per_second") or 0.0
         base = figure(f, "baseline_bytes_per_second") or 0.0
         thr = shown_threshold(change)

@@ -24,6 +24,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from alarm.detector.rules import default_severity
 from exporters.destinations import BuiltDestination, DestinationSet
 from exporters.outbox import NewRow, Transaction
 from exporters.routing import AlertMemory, Sent, decide, forgettable, observe
@@ -124,7 +125,8 @@ def _sent(tx: Transaction, fp: str, plan: Plan) -> dict[str, Sent]:
 
 def _route(tx: Transaction, dests: DestinationSet, m: AlertMemory, now: float, plan: Plan) -> None:
     cfg = dests.config
-    severity = cfg.severity(str(m.change.get("rule")))
+    rule = str(m.change.get("rule"))
+    severity = cfg.severity(rule, default_severity(rule))
     sent = _sent(tx, m.fingerprint, plan)
     for d in dests.destinations:
         _route_to(tx, d, m, sent.get(d.route.name), severity, dests, now, plan)

@@ -27,8 +27,12 @@ from typing import Any
 import numpy as np
 
 from alarm.detector.alerts import AlertState
+from alarm.detector.rules import rules_that
 from alarm.sanitize import sanitize
 from alarm.snapshot import CanaryView, HistoryWindow, Snapshot, SourceView, SurfaceView
+
+# The rules every surface shows in its own figures (Rule.EVERYWHERE); the others where on.
+EVERYWHERE = rules_that("EVERYWHERE")
 
 STATE_NAMES = {int(s): s.name.lower() for s in AlertState}
 # "0 judged" on a new install reads like a fault: it is the spike rule still learning.
@@ -360,7 +364,7 @@ def surface_card(
         _fig("budget", budget_html, f"st-{STATE_NAMES[s.budget_state]}", budget_title),
     ]
     for rule, st in s.rule_states().items():
-        if rule not in ("spike", "budget"):  # the optional rules, shown where the surface has them
+        if rule not in EVERYWHERE:  # the other rules, shown where the surface has them
             figs.append(_fig(rule, STATE_NAMES[st], f"st-{STATE_NAMES[st]}"))
     figs.append(_fig("written", _e(human(float(s.bytes_total), "B"))))
     if window is not None and j is not None:

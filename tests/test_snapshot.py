@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from alarm.config import Config, config_from_dict
-from alarm.detector.alerts import AlertBank
 from alarm.events import NAMED, Batch, Event, WriteEvents
 from alarm.history import HistoryRequest, attention_order
 from alarm.pipeline import Pipeline
@@ -91,9 +90,6 @@ def reference_view(p: Pipeline, row: int, top: int) -> SurfaceView:
         contributors, error = [], 0
     f = det.figures_of(row)
 
-    def optional(on: bool, bank: AlertBank) -> int | None:
-        return int(bank.state[row]) if on else None
-
     return SurfaceView(
         kind=kind,
         name=name,
@@ -115,9 +111,6 @@ def reference_view(p: Pipeline, row: int, top: int) -> SurfaceView:
         budget_horizons=f.horizons,
         seasonal_ratio=f.seasonal_ratio,
         seasonal_judged=f.seasonal_judged,
-        drop_state=optional(det.drop_on(row), det.drop_alerts),
-        beacon_state=optional(det.beacon_on(row), det.beacon_alerts),
-        duty_state=optional(det.duty_on(row), det.duty_alerts),
         learning=bool(det.spike.learning[row]),
         budget_misconfigured=bool(det.budget.misconfigured[row]),
         rule_alert_states={
@@ -150,7 +143,7 @@ def test_each_view_holds_what_the_detector_says_of_its_row(pipeline):
     states = [max(v.rule_states().values()) for v in snap.surfaces]
     assert 2 in states, "the traffic was to fire some alert"
     assert any(v.members_shift is not None for v in snap.surfaces), "an aggregate row"
-    assert any(v.drop_state is not None for v in snap.surfaces)
+    assert any("drop" in v.rule_alert_states for v in snap.surfaces)
     assert any(len(v.budget_horizons) > 1 for v in snap.surfaces)
     for row, view in enumerate(snap.surfaces):
         assert fields(view) == fields(reference_view(p, row, 5)), p.detector.keys[row]

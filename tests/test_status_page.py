@@ -166,9 +166,9 @@ def crafted_snapshot() -> Snapshot:
             spike_state=2,
             budget_state=2,
             contributors=[(HOSTILE, 64_000), ("10.30.0.7:80/TCP", 900)],
-            beacon_state=0,
+            rule_alert_states={"beacon": 0},
         ),
-        view(LONG_NAME, kind="fs", rate=9.9e9, budget_state=1, drop_state=0),
+        view(LONG_NAME, kind="fs", rate=9.9e9, budget_state=1, rule_alert_states={"drop": 0}),
         view("unclassified", kind="registry", rate=0.0, bytes_total=0, contributors=[]),
     ]
     n = len(surfaces)

@@ -24,7 +24,7 @@ from alarm.detector.alerts import AlertBank, AlertChange, AlertMachine, AlertSta
 from alarm.detector.budget import ENVELOPE_MARGIN, MISCONFIGURED_SECONDS, BudgetBank
 from alarm.detector.relative import RelativeBank
 from alarm.detector.rows import AGGREGATE, as_slice, plan_rows
-from alarm.detector.rules import RULES, RuleRows, TickInput
+from alarm.detector.rules import RULES, Rule, RuleRows, TickInput
 from alarm.detector.rules.ledger import Ledger
 from alarm.detector.rules.precedent import LATE, Incidents, Precedent
 from alarm.detector.seasonal import DAY, DAY_SLOTS_PER_HOUR, Prediction, SeasonalBaseline
@@ -172,11 +172,6 @@ class Detector:
         # Per source: when it was first judged, while it has not been up yet (see
         # SOURCE_START_GRACE); -inf once it has.
         self._source_starting: dict[str, float] = {}
-        # Each surface rule's describer of its alerts (_change).
-        self._describers = {
-            "spike": self._describe_spike,
-            "budget": self._describe_budget,
-        }
         # The registered rules (rules/), after the core ones, on the shared ledger of weeks.
         self.ledger = Ledger(n)
         derived = np.array(plan.derived, dtype=bool)
@@ -192,10 +187,14 @@ class Detector:
             plan.spike,
             config.tick,
         )
-        self.rules = {name: rule(rule_rows) for name, rule in RULES.items()}
+        # Every surface rule by name (its words: ``describe_alert``); the core ones are judged
+        # by the native tick, the others (``rules``) after it.
+        self.surface_rules: dict[str, Rule] = {
+            name: rule(rule_rows) for name, rule in RULES.items()
+        }
+        self.rules = {n: r for n, r in self.surface_rules.items() if not r.NATIVE_CORE}
         for name, rule in self.rules.items():
             self.alert_banks[name] = AlertBank(self.targets, name, rule.hold, rule.resolve_hold)
-            self._describers[name] = self._rule_describer(name)
         self.drop_alerts = self.alert_banks["drop"]
         self.beacon_alerts = self.alert_banks["beacon"]
         self.duty_alerts = self.alert_banks["duty"]
@@ -388,18 +387,6 @@ class Detector:
                 "%s/%s: first written a day or more after it was declared: learning it from now",
                 *key,
             )
-
-    def _rule_describer(self, name: str) -> Callable[..., tuple[float, float, str]]:
-        rule = self.rules[name]
-
-        def describe(
-            row: int, f: SurfaceFigures, figures: dict[str, Any], seasonal_binds: bool
-        ) -> tuple[float, float, str]:
-            value, threshold, what, extra = rule.describe(row)
-            figures |= extra
-            return value, threshold, what
-
-        return describe
 
     def _evaluate_core(
         self,
@@ -690,8 +677,9 @@ class Detector:
         aggregate = row >= self.members
         if aggregate:
             figures["members"] = len(self.aggregates[self.keys[row]])
-        describe = self._describers[rule]
-        value, threshold, what = describe(row, f, figures, seasonal_binds)
+        value, threshold, what = self.surface_rules[rule].describe_alert(
+            row, self, figures, seasonal_binds
+        )
         state = _state_name(new)
         if prev == new == AlertState.FIRING:
             figures["escalated"] = True
@@ -723,55 +711,18 @@ class Detector:
             summary=summary,
         )
 
-    # -- what each rule's alert says: (value, threshold, the summary's sentence) ----------
-    def _describe_spike(
-        self, row: int, f: SurfaceFigures, figures: dict[str, Any], seasonal_binds: bool
-    ) -> tuple[float, float, str]:
-        figures |= self.spike.figures(row, self._judgement)
-        threshold = float(self._spike_figures()[0][row])
-        ratio = f"x{f.rate / f.baseline:,.1f}" if f.baseline > 0 else "from nothing"
-        against = f"threshold {threshold:,.0f} B/s"
-        absolute = float(self.spike.absolute[row])
-        if absolute < threshold:
-            # Still learning its own threshold (or the floor is the lower one): the
-            # configured absolute floor is what the rate passed.
-            threshold = absolute
-            against = f"absolute floor {absolute:,.0f} B/s"
-            if not f.baseline_ready:
-                against += ", its own threshold still being learned"
-        elif not math.isfinite(threshold):
-            threshold = 0.0
-            against = "its own threshold still being learned"
-        what = (
-            f"wrote {f.rate:,.0f} B/s against a baseline of {f.baseline:,.0f} B/s "
-            f"({ratio}; {against})"
-        )
-        if row >= self.members:
-            what = self._members_figures(row - self.members, figures) or what
-        return f.rate, threshold, what
+    # -- what the core rules' words read (rules/spike.py, rules/budget.py) ----------------
+    def spike_figures_of(self, row: int) -> dict[str, Any]:
+        """The spike rule's figures of ``row`` on the last tick (each statistic's)."""
+        return self.spike.figures(row, self._judgement)
 
-    def _describe_budget(
-        self, row: int, f: SurfaceFigures, figures: dict[str, Any], seasonal_binds: bool
-    ) -> tuple[float, float, str]:
-        if seasonal_binds:
-            seasonal = figures["budget_seasonal"]
-            value, threshold = seasonal["excess_score"], seasonal["tolerance_score"]
-            level = seasonal["seasonal_level_bits_per_second"]
-            what = (
-                f"carried {seasonal['carried_bits']:,.0f} bits in a sustained run above what "
-                f"it usually carries at this hour ({level:,.1f} bit/s; seasonal budget "
-                f"{value:,.1f} of {threshold:,.1f})"
-            )
-            return value, threshold, what
-        excess, tol = figures["budget_excess_bits"], figures["budget_tolerance_bits"]
-        allow, horizon = figures["budget_allowance_bits_per_second"], figures["budget_horizon"]
-        # The budget fires a tick ahead, when the next tick at this rate would pass it.
-        ahead = "; on course to pass it next tick" if excess <= tol else ""
-        what = (
-            f"carried {excess:,.0f} bits above its {horizon} allowance of {allow:,.0f} "
-            f"bit/s (tolerance {tol:,.0f} bits{ahead})"
-        )
-        return excess, tol, what
+    def spike_threshold_of(self, row: int) -> float:
+        """The rate (bytes/s) a tick of ``row`` had to pass (+inf where not judged)."""
+        return float(self._spike_figures()[0][row])
+
+    def spike_absolute_of(self, row: int) -> float:
+        """``row``'s configured absolute_bytes_per_second (+inf: none)."""
+        return float(self.spike.absolute[row])
 
     def members_shift_of(self, row: int) -> dict[str, float]:
         """An aggregate row's members statistic and its threshold (0 while not judged);
@@ -785,7 +736,7 @@ class Detector:
             "members_shift_threshold": threshold if math.isfinite(threshold) else 0.0,
         }
 
-    def _members_figures(self, j: int, figures: dict[str, Any]) -> str | None:
+    def members_figures(self, j: int, figures: dict[str, Any]) -> str | None:
         """The members statistic's figures on aggregate ``j``; what it says when it is what
         fired (None otherwise)."""
         figures |= self.members_shift_of(self.members + j)

@@ -8,7 +8,7 @@ alert bank and builds the alert documents, with the rule's own figures and sente
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -58,10 +58,39 @@ class TickInput:
     rates: np.ndarray
 
 
+class CoreFigures(Protocol):
+    """What the core rules' words read of the detector (engine.Detector) for one row."""
+
+    members: int
+
+    def figures_of(self, row: int) -> Any: ...
+
+    def spike_figures_of(self, row: int) -> dict[str, Any]: ...
+
+    def spike_threshold_of(self, row: int) -> float: ...
+
+    def spike_absolute_of(self, row: int) -> float: ...
+
+    def members_figures(self, j: int, figures: dict[str, Any]) -> str | None: ...
+
+
 class Rule:
     """A rule registered by name (rules/__init__.py)."""
 
     name: ClassVar[str]
+    # What the rule's page means for whoever is paged (notify_config's default severity).
+    SEVERITY: ClassVar[str] = "warning"
+    # Every surface shows this rule's state (the API, the status page), not only where it is on.
+    EVERYWHERE: ClassVar[bool] = False
+    # Its pages say the surface's rate against its threshold (what the pages' summaries lead
+    # with).
+    RATE_PAGE: ClassVar[bool] = False
+    # Which of its new pages rules/precedent.py folds when they are not news: a scheduled
+    # run's (``precedent``), a late starter's first days (``young``); ``clock_only``: only a
+    # precedent on the clock (a scheduled write) folds it, never one at any time.
+    FOLDS: ClassVar[frozenset[str]] = frozenset()
+    # Judged inside the native tick (whole_tick.py), not by ``judge``: the core rules.
+    NATIVE_CORE: ClassVar[bool] = False
     # Per-row state arrays (rows last), saved with the detector; SLOW among them on the slow
     # cadence (they change when a window closes, not every tick).
     STATE: ClassVar[tuple[str, ...]] = ()
@@ -96,6 +125,15 @@ class Rule:
     def describe(self, row: int) -> tuple[float, float, str, dict[str, Any]]:
         """(value, threshold, what the surface did, figures) for an alert on ``row``."""
         raise NotImplementedError
+
+    def describe_alert(
+        self, row: int, core: CoreFigures, figures: dict[str, Any], seasonal_binds: bool
+    ) -> tuple[float, float, str]:
+        """(value, threshold, what the surface did) for an alert on ``row``, the rule's own
+        figures added to ``figures`` (the detector's common ones: engine.Detector._change)."""
+        value, threshold, what, extra = self.describe(row)
+        figures |= extra
+        return value, threshold, what
 
     def nbytes(self) -> int:
         return sum(getattr(self, a).nbytes for a in self.STATE)

@@ -100,6 +100,8 @@ class BeaconBank:
 
 class BeaconRule(Rule):
     name: ClassVar[str] = "beacon"
+    # A regular writer of one size: a C2 check-in or a timed leak, or a legitimate heartbeat.
+    SEVERITY: ClassVar[str] = "warning"
     STATE: ClassVar[tuple[str, ...]] = BeaconBank.STATE
 
     def __init__(self, rows: RuleRows) -> None:

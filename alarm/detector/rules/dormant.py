@@ -32,6 +32,11 @@ RESOLVE_HOLD = 3600.0
 
 class DormantRule(Rule):
     name: ClassVar[str] = "dormant"
+    # A write into a surface silent for a week: a secret left where nobody looks.  Folded
+    # only as a scheduled write (a precedent on the clock): a write after silence at any
+    # time is what this rule is for.
+    SEVERITY: ClassVar[str] = "critical"
+    FOLDS: ClassVar[frozenset[str]] = frozenset({"precedent", "clock_only"})
     STATE: ClassVar[tuple[str, ...]] = ("broken", "written", "paged_at")
 
     def __init__(self, rows: RuleRows) -> None:

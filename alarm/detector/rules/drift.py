@@ -59,6 +59,9 @@ WORDS = {"bits": "bits", "events": "writes", "written_ticks": "written ticks"}
 
 class DriftRule(Rule):
     name: ClassVar[str] = "drift"
+    # A day far above the surface's weeks: a patient writer the day-scale rules learnt.
+    SEVERITY: ClassVar[str] = "critical"
+    FOLDS: ClassVar[frozenset[str]] = frozenset({"young"})
     PER_BLOCK: ClassVar[bool] = True
     STATE: ClassVar[tuple[str, ...]] = (
         "threshold",

@@ -21,6 +21,8 @@ FIVE_MINUTES = 0  # the row of TickInput.rates
 
 class DropRule(Rule):
     name: ClassVar[str] = "drop"
+    # A surface that stopped writing what it always writes: routed around, or its records lost.
+    SEVERITY: ClassVar[str] = "warning"
 
     def __init__(self, rows: RuleRows) -> None:
         super().__init__(rows)

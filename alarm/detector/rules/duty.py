@@ -213,6 +213,9 @@ class DutyBank:
 
 class DutyRule(Rule):
     name: ClassVar[str] = "duty"
+    # Written far more often than ever: a drip in small lumps, or a surface put to a new use.
+    SEVERITY: ClassVar[str] = "warning"
+    FOLDS: ClassVar[frozenset[str]] = frozenset({"precedent", "young"})
     STATE: ClassVar[tuple[str, ...]] = DutyBank.STATE
 
     def __init__(self, rows: RuleRows) -> None:

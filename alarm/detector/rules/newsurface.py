@@ -43,6 +43,8 @@ CLEAR_FRACTION = 0.5
 
 class NewSurfaceRule(Rule):
     name: ClassVar[str] = "newsurface"
+    # A surface with no declared budget past its kind's default in its first days.
+    SEVERITY: ClassVar[str] = "critical"
     STATE: ClassVar[tuple[str, ...]] = ("first_write", "excess", "paged", "done")
 
     def __init__(self, rows: RuleRows) -> None:

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from alarm.detector.rules import rules_folded
 from alarm.detector.rules.ledger import DAY, HORIZONS, HOUR, Ledger
 from alarm.detector.rules.newsurface import LEARNING
 
@@ -68,10 +69,11 @@ OCCURRENCE = 0.5
 TICK_MARGIN = 2.0
 JOIN_WINDOW = 3600.0  # a surface's incident stays open this long after its last breach
 MAX_INCIDENT = 6 * 3600.0
-FOLDED_RULES = frozenset({"spike", "budget", "duty", "dormant"})
+# Which rules' pages fold, and when: each rule's FOLDS (rules/base.py).
+FOLDED_RULES = rules_folded("precedent")
 LATE = 86400.0  # a first write this long after the row was first watched: a late start
-YOUNG_FOLDED = frozenset({"spike", "budget", "duty", "drift"})
-ON_THE_CLOCK_ONLY = frozenset({"dormant"})  # a write after silence: only a scheduled one
+YOUNG_FOLDED = rules_folded("young")
+ON_THE_CLOCK_ONLY = rules_folded("clock_only")  # a write after silence: only a scheduled one
 TICK = len(HORIZONS)  # the ledger's index of the single tick
 
 
