@@ -151,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         f"process RSS grew {(after - before) * 2**20 / n:,.0f} B per surface building it."
     )
     print(
-        f"\ncode path: {fused.code_path()} (alarm/detector/_fused.c where built, else numpy; "
-        "the rest of the tick is numpy, alarm/detector/engine.py)"
+        f"\ncode path: {fused.code_path()}; the registered rules on weeks are numpy "
+        "(alarm/detector/rules/)"
     )
     return 0
 
