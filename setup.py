@@ -3,8 +3,9 @@
 ``optional=True``, but for the detector's (below): where no C compiler is available the
 install still succeeds, and alarm.collectors.kernel.fastscan, alarm.collectors.fs.dirscan
 (the fs source's directory scans), the detector's fused passes, the backtest's reader of write
-events (alarm/backtest.py) and the /metrics writer (exporters/textformat.py) use their
-pure-Python paths (same results, slower).
+events (alarm/backtest.py), the /metrics writer (exporters/textformat.py) and the state
+store's chunk hash (alarm/state.py: BLAKE2b instead) use their pure-Python paths (same results,
+slower).
 
 build_py records the checkout's ``git describe`` in the built package (alarm/_revision.txt),
 so that ``capalarm --version`` of an installed wheel names the revision it was built from;
@@ -77,6 +78,12 @@ setup(
         Extension(
             "alarm._eventscan",
             ["alarm/_eventscan.c"],
+            extra_compile_args=["-O2", "-fno-fast-math"],
+            optional=True,
+        ),
+        Extension(
+            "alarm._chunkhash",
+            ["alarm/_chunkhash.c"],
             extra_compile_args=["-O2", "-fno-fast-math"],
             optional=True,
         ),

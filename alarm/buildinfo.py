@@ -113,6 +113,7 @@ def native_paths() -> list[tuple[str, str, str]]:
             built(fused.built is not None),
         ),
         ("metrics writer", "exporters/_textformat.c", writer),
+        ("state chunk hash", "alarm/_chunkhash.c", built(extension_loads("alarm._chunkhash"))),
     ]
 
 

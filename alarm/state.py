@@ -6,11 +6,21 @@ state is too large for one position (a file tree's snapshot, a registry's listin
 the *ledger*, a table of rows per source that each save updates by the rows that changed, in
 the same transaction.
 
-The detector's arrays are stored raw, one BLOB per array, in named groups (see
-Detector.state_arrays): a group is replaced whole, with a JSON header that says which rows
-(surface keys) its arrays hold.  JSON with base64 cost about 6 s and 262 MB per save at 100k
-surfaces; raw arrays cost what the disk takes to write them, and the big, slowly learned
-profiles need not be written every tick.
+The detector's arrays are stored raw in named groups (see Detector.state_arrays), with a JSON
+header that says which rows (surface keys) a group's arrays hold; a save hands over a group
+whole, and what the file holds afterwards is exactly that group.  Each array is kept as chunks
+of ``CHUNK`` bytes of its raw bytes, in the order of its axes in memory (table
+``array_chunks``), and a save writes only the chunks whose 64-bit hash differs from the one
+saved last (``array_meta`` holds each array's dtype, shape, axis order and chunk hashes; this
+store keeps a copy of the hashes, 8 bytes a chunk, 0.05 % of the arrays: 0.36 MB at 100,000
+surfaces).  At 100,000 surfaces the arrays are some 740 MB and most of them stand still
+between saves (a daily profile learns one slot's row a tick, the tails' kept peaks change
+when an incident ends): writing them whole cost ~3 s a save, writing what changed costs what
+hashing them costs (~0.15 s) plus the changed chunks.  A changed dtype, shape or chunk size,
+or a new array, is written whole; an array the group no longer has is deleted.  (JSON with
+base64 cost about 6 s and 262 MB per save at 100k surfaces; one BLOB per array, schema
+version 1, ~3 s: a version 1 file is read as it is, and each group moves to chunks at its
+next save.)
 
 Locks.  Another process holding the database (a backup, an operator's ``sqlite3`` inside a
 transaction) must not stop the pipeline thread, which saves and records alert changes between
@@ -24,12 +34,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +49,65 @@ import numpy as np
 
 from alarm.detector.persist import DTYPES
 
+try:  # XXH64 per chunk at memory speed (alarm/_chunkhash.c); hashlib where it is not built
+    from alarm._chunkhash import hashes as _xxh64_chunks
+except ImportError:  # pragma: no cover - the extension is built wherever a compiler was
+    _xxh64_chunks = None
+
 # A group of arrays: (header, {name: array}).
 ArrayGroup = tuple[dict[str, Any], dict[str, np.ndarray]]
 
-SCHEMA_VERSION = 1
+# 2: arrays as chunks (array_meta, array_chunks).  1: one BLOB per array (arrays), still read.
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = ("1", "2")
+# Bytes per chunk of an array: chosen by measurement at 100,000 surfaces (docs/benchmarks.md,
+# "State save per tick"): smaller chunks write fewer unchanged bytes around each change but
+# cost a row each (an insert, an index entry, its page overhead).
+CHUNK = 16384
+# The chunk hash this process computes: the native one, else a 64-bit BLAKE2b (same purpose,
+# ~6x slower).  Stored with each array: hashes of another kind mean "rewrite it whole".
+HASH = "xxh64" if _xxh64_chunks is not None else "blake2b-64"
 # Seconds a write waits for another process's lock on the database before it fails.
 BUSY_TIMEOUT = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class _Saved:
+    """What the file holds of one array: enough to tell which of its chunks changed."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    # The order of the axes the chunks hold the array in: its memory's (see _stored).
+    axes: tuple[int, ...]
+    chunk: int
+    hash: str
+    hashes: np.ndarray  # uint64, one per chunk
+
+
+@dataclass(slots=True)
+class SaveStats:
+    """What the last save wrote of the arrays handed to it."""
+
+    array_bytes: int = 0  # the arrays' bytes
+    written_bytes: int = 0  # chunk bytes written
+    chunks_written: int = 0
+    # Arrays written whole: new, or of another dtype, shape, axis order, chunk size or hash.
+    arrays_whole: int = 0
+
+
+def chunk_hashes(data: bytes | memoryview, chunk: int, kind: str = HASH) -> np.ndarray:
+    """One 64-bit hash per ``chunk`` bytes of ``data`` (the last chunk may be shorter)."""
+    if kind == "xxh64" and _xxh64_chunks is not None:
+        return np.frombuffer(_xxh64_chunks(data, chunk), dtype=np.uint64)
+    if kind != "blake2b-64":
+        raise ValueError(f"unknown chunk hash {kind!r}")
+    return np.array(
+        [
+            int.from_bytes(hashlib.blake2b(data[i : i + chunk], digest_size=8).digest(), "little")
+            for i in range(0, len(data), chunk)
+        ],
+        dtype=np.uint64,
+    )
 
 
 class StateError(RuntimeError):
@@ -103,6 +168,14 @@ class StateStore:
         self.path = self.dir / "capalarm.db"
         # Held around every write transaction by this store and the outbox (module docstring).
         self.write_lock = threading.Lock()
+        # What the file holds of each group's arrays, as of array generation _generation (a
+        # counter in kv that every save of arrays moves on): another writer of the same file
+        # moves it too, and then what is held here is read again from the file.
+        self._saved: dict[str, dict[str, _Saved | None]] = {}
+        self._generation: int | None = None
+        # The chunk hash this store writes (tests set the fallback's).
+        self.hash = HASH
+        self.last_save = SaveStats()
         try:
             self._open()
         except sqlite3.Error as exc:
@@ -126,9 +199,22 @@ class StateStore:
         self.db.execute(
             "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL, saved REAL NOT NULL)"
         )
+        # Version 1's arrays, one BLOB each: read, and emptied group by group as they are saved.
         self.db.execute(
             "CREATE TABLE IF NOT EXISTS arrays (grp TEXT NOT NULL, name TEXT NOT NULL, "
             "dtype TEXT NOT NULL, shape TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (grp, name))"
+        )
+        self.db.execute(
+            "CREATE TABLE IF NOT EXISTS array_meta (grp TEXT NOT NULL, name TEXT NOT NULL, "
+            "dtype TEXT NOT NULL, shape TEXT NOT NULL, axes TEXT NOT NULL, "
+            "chunk INTEGER NOT NULL, hash TEXT NOT NULL, hashes BLOB NOT NULL, "
+            "PRIMARY KEY (grp, name))"
+        )
+        # A rowid table, not WITHOUT ROWID: its rows are chunks of kilobytes (SQLite advises
+        # WITHOUT ROWID for rows under a twentieth of a page).
+        self.db.execute(
+            "CREATE TABLE IF NOT EXISTS array_chunks (grp TEXT NOT NULL, name TEXT NOT NULL, "
+            "idx INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (grp, name, idx))"
         )
         self.db.execute(
             "CREATE TABLE IF NOT EXISTS ledger (source TEXT NOT NULL, key TEXT NOT NULL, "
@@ -142,7 +228,9 @@ class StateStore:
         self.db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
 
     def _check_schema(self) -> None:
-        """A new (empty) file, or a capalarm database of this SCHEMA_VERSION; else StateError."""
+        """A new (empty) file, or a capalarm database of a version in READABLE_VERSIONS (an
+        older one says so until its first save of arrays, which converts the groups it saves
+        and marks the file SCHEMA_VERSION); else StateError."""
         tables = {
             r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         }
@@ -162,12 +250,12 @@ class StateStore:
                 f"{self.path} has no schema version: not a capalarm state database "
                 "(move it aside to start afresh)"
             )
-        if str(row[0]) != str(SCHEMA_VERSION):
+        if str(row[0]) not in READABLE_VERSIONS:
             seen = str(row[0])[:20]
             raise StateError(
                 f"the state database {self.path} has schema version {seen}; this capalarm "
-                f"reads version {SCHEMA_VERSION} (run the capalarm that wrote it, or move the "
-                "file aside to start afresh)"
+                f"reads version {SCHEMA_VERSION} (and converts version 1) (run the capalarm "
+                "that wrote it, or move the file aside to start afresh)"
             )
 
     def load(self, key: str = "pipeline") -> dict[str, Any]:
@@ -202,7 +290,49 @@ class StateStore:
                 out[grp][1][name] = np.frombuffer(data, dtype=dtype).reshape(dims).copy()
             except (ValueError, TypeError):
                 continue
+        for grp, name, *meta in self.db.execute(
+            "SELECT grp, name, dtype, shape, axes, chunk, hash, hashes FROM array_meta"
+        ).fetchall():
+            if grp not in out:
+                continue
+            saved = _meta(*meta)
+            if saved is not None and saved.dtype in DTYPES:
+                a = self._assemble(grp, name, saved)
+                if a is not None:
+                    out[grp][1][name] = a
         return out
+
+    def _assemble(self, grp: str, name: str, saved: _Saved) -> np.ndarray | None:
+        """One array from its chunks; None when a chunk is missing, of the wrong size, or
+        (where this process computes that hash) not the one saved with it."""
+        dtype = np.dtype(saved.dtype)
+        nbytes = int(np.prod(saved.shape, dtype=np.int64)) * dtype.itemsize
+        count = -(-nbytes // saved.chunk)
+        if len(saved.hashes) != count:
+            return None
+        buf = np.empty(nbytes, dtype=np.uint8)
+        seen = 0
+        for idx, data in self.db.execute(
+            "SELECT idx, data FROM array_chunks WHERE grp = ? AND name = ? ORDER BY idx",
+            (grp, name),
+        ):
+            at = idx * saved.chunk
+            if not 0 <= idx < count or len(data) != min(saved.chunk, nbytes - at):
+                return None
+            buf[at : at + len(data)] = np.frombuffer(data, dtype=np.uint8)
+            seen += 1
+        if seen != count:
+            return None
+        computable = saved.hash == "blake2b-64" or (
+            saved.hash == "xxh64" and _xxh64_chunks is not None
+        )
+        if computable and not np.array_equal(
+            chunk_hashes(memoryview(buf), saved.chunk, saved.hash), saved.hashes
+        ):
+            return None
+        stored = buf.view(dtype).reshape([saved.shape[i] for i in saved.axes])
+        # C order, as it was handed over (one copy, at start, where the axes were reordered).
+        return np.ascontiguousarray(stored.transpose(np.argsort(saved.axes)))
 
     def ledger_rows(self, source: str) -> Iterator[tuple[str, str]]:
         """The saved ledger rows of one source, as (key, value), read in pages."""
@@ -277,36 +407,165 @@ class StateStore:
                     "DELETE FROM ledger WHERE source = ? AND key = ?",
                     [(source, k) for k, v in rows.items() if v is None],
                 )
+            stats = SaveStats()
+            saved: dict[str, dict[str, _Saved | None]] = {}
+            generation = None
+            if groups:
+                generation = self._next_generation(now)
             for grp, (header, arrays) in (groups or {}).items():
                 head = json.dumps(header, separators=(",", ":"))
                 self.db.execute(
                     "INSERT OR REPLACE INTO kv VALUES (?, ?, ?)", (f"arrays:{grp}", head, now)
                 )
-                self.db.execute("DELETE FROM arrays WHERE grp = ?", (grp,))
-                self.db.executemany(
-                    "INSERT INTO arrays VALUES (?, ?, ?, ?, ?)",
-                    [
-                        (
-                            grp,
-                            name,
-                            str(a.dtype),
-                            json.dumps(a.shape),
-                            _blob(a),
-                        )
-                        for name, a in arrays.items()
-                    ],
-                )
+                saved[grp] = self._save_group(grp, arrays, stats)
             self.db.execute("COMMIT")
         except BaseException:
+            # What the file holds is read again at the next save: this one may have written
+            # part of a group before it failed, and rolled back.
+            self._saved = {}
+            self._generation = None
             # SQLite may have rolled back already (a full disk does): the original error is
             # the one to report.
             if self.db.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
                     self.db.execute("ROLLBACK")
             raise
+        if generation is not None:
+            self._generation = generation
+            self._saved.update(saved)
+            self.last_save = stats
+
+    def _next_generation(self, now: float) -> int:
+        """Moves the file's array generation on (in the open transaction); forgets what this
+        store held of the file when another writer moved it since this store's last save."""
+        row = self.db.execute("SELECT value FROM kv WHERE key = 'array_generation'").fetchone()
+        try:
+            current = int(row[0]) if row is not None else 0
+        except ValueError:
+            current = -1
+        if current != self._generation:
+            self._saved = {}
+        generation = max(current, 0) + 1
+        self.db.execute(
+            "INSERT OR REPLACE INTO kv VALUES ('array_generation', ?, ?)", (str(generation), now)
+        )
+        # A version 1 file holds chunked arrays from now on: a capalarm that reads only
+        # version 1 would miss them, and must refuse the file instead.
+        self.db.execute(
+            "UPDATE kv SET value = ? WHERE key = 'schema' AND value <> ?",
+            (str(SCHEMA_VERSION), str(SCHEMA_VERSION)),
+        )
+        return generation
+
+    def _known(self, grp: str) -> dict[str, _Saved | None]:
+        """What the file holds of group ``grp``'s arrays (None: a row this store cannot use,
+        to be rewritten)."""
+        known = self._saved.get(grp)
+        if known is None:
+            known = {
+                name: _meta(*meta)
+                for name, *meta in self.db.execute(
+                    "SELECT name, dtype, shape, axes, chunk, hash, hashes FROM array_meta "
+                    "WHERE grp = ?",
+                    (grp,),
+                )
+            }
+        return known
+
+    def _save_group(
+        self, grp: str, arrays: dict[str, np.ndarray], stats: SaveStats
+    ) -> dict[str, _Saved | None]:
+        """Makes the file hold exactly ``arrays`` for ``grp``, writing the chunks that changed."""
+        known = self._known(grp)
+        # A version 1 file's arrays of this group: replaced by chunks from now on.
+        self.db.execute("DELETE FROM arrays WHERE grp = ?", (grp,))
+        for name in known.keys() - arrays.keys():
+            self.db.execute("DELETE FROM array_meta WHERE grp = ? AND name = ?", (grp, name))
+            self.db.execute("DELETE FROM array_chunks WHERE grp = ? AND name = ?", (grp, name))
+        out: dict[str, _Saved | None] = {}
+        for name, a in arrays.items():
+            stored, axes = _stored(a)
+            data = _blob(stored)
+            now = _Saved(
+                str(a.dtype),
+                tuple(a.shape),
+                axes,
+                CHUNK,
+                self.hash,
+                chunk_hashes(data, CHUNK, self.hash),
+            )
+            stats.array_bytes += a.nbytes
+            before = known.get(name)
+            if (
+                before is not None
+                and (before.dtype, before.shape, before.axes, before.chunk, before.hash)
+                == (now.dtype, now.shape, now.axes, now.chunk, now.hash)
+                and len(before.hashes) == len(now.hashes)
+            ):
+                changed = np.flatnonzero(now.hashes != before.hashes)
+                if not len(changed):
+                    out[name] = before
+                    continue
+            else:
+                # Whole: the chunks on file (if any) are of another layout, or unknown.
+                changed = np.arange(len(now.hashes))
+                self.db.execute("DELETE FROM array_chunks WHERE grp = ? AND name = ?", (grp, name))
+                stats.arrays_whole += 1
+            rows = [
+                (grp, name, int(i), data[int(i) * CHUNK : (int(i) + 1) * CHUNK]) for i in changed
+            ]
+            self.db.executemany("INSERT OR REPLACE INTO array_chunks VALUES (?, ?, ?, ?)", rows)
+            self.db.execute(
+                "INSERT OR REPLACE INTO array_meta VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    grp,
+                    name,
+                    now.dtype,
+                    json.dumps(now.shape),
+                    json.dumps(now.axes),
+                    CHUNK,
+                    now.hash,
+                    now.hashes.tobytes(),
+                ),
+            )
+            stats.chunks_written += len(rows)
+            stats.written_bytes += sum(len(r[3]) for r in rows)
+            out[name] = now
+        return out
 
     def close(self) -> None:
         self.db.close()
+
+
+def _meta(dtype: Any, shape: Any, axes: Any, chunk: Any, kind: Any, hashes: Any) -> _Saved | None:
+    """An array_meta row, or None when it is not one this store wrote."""
+    try:
+        dims = tuple(int(d) for d in json.loads(shape))
+        order = tuple(int(i) for i in json.loads(axes))
+        if not isinstance(dtype, str) or not isinstance(kind, str) or int(chunk) <= 0:
+            return None
+        if any(d < 0 for d in dims) or sorted(order) != list(range(len(dims))):
+            return None
+        return _Saved(dtype, dims, order, int(chunk), kind, np.frombuffer(hashes, dtype=np.uint64))
+    except (ValueError, TypeError):
+        return None
+
+
+def _stored(a: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]]:
+    """``a`` as the C-contiguous array its chunks hold, and the order of its axes there.
+
+    An array that is a transposed view (the tails' kept peaks, 100 MB at 100,000 surfaces, are
+    kept surface by surface and handed over day-major) is stored in the order its memory has:
+    reordering it costs a strided copy (0.3 s there) every save, and in memory order a surface
+    whose peaks change dirties one chunk, not one per day and peak.  Anything else that is not
+    C-contiguous is copied into C order."""
+    if a.flags.c_contiguous:
+        return a, tuple(range(a.ndim))
+    axes = tuple(sorted(range(a.ndim), key=lambda i: -a.strides[i]))
+    moved = a.transpose(axes)
+    if moved.flags.c_contiguous:
+        return moved, axes
+    return np.ascontiguousarray(a), tuple(range(a.ndim))
 
 
 def _blob(a: np.ndarray) -> memoryview | bytes:

@@ -49,6 +49,7 @@ def test_native_paths_say_built_or_not_as_the_modules_are() -> None:
         "kernel scanner",
         "detector natives",
         "metrics writer",
+        "state chunk hash",
     }
 
 
