@@ -28,7 +28,8 @@ import numpy as np
 from alarm.collectors import SOURCE_TYPES
 from alarm.config import Config
 from alarm.detector.alerts import AlertChange
-from alarm.detector.engine import Detector, SourceJudgement
+from alarm.detector.engine import Detector
+from alarm.detector.sources import SourceJudgement
 from alarm.detector.views import figure_columns
 from alarm.events import (
     CORE_COUNTERS,
@@ -346,7 +347,11 @@ class Pipeline:
         detector = self.detector
         for name, s in self.sources.items():
             h = health.get(name)
-            if s.pending or not (h is None or (h.up and not h.blind)) or not detector.quiet(name):
+            if (
+                s.pending
+                or not (h is None or (h.up and not h.blind))
+                or not detector.sources.quiet(name)
+            ):
                 return False
         return True
 
@@ -371,7 +376,11 @@ class Pipeline:
         judged = []
         for name, s in () if quiet else self.sources.items():
             h = health.get(name)
-            if not s.pending and (h is None or (h.up and not h.blind)) and detector.quiet(name):
+            if (
+                not s.pending
+                and (h is None or (h.up and not h.blind))
+                and detector.sources.quiet(name)
+            ):
                 continue  # nothing to judge: up, seeing, nothing lost or forged, no alert
             judged.append(
                 SourceJudgement(
@@ -389,7 +398,7 @@ class Pipeline:
             s.pending.clear()
             s.sample_fresh = False
         if judged:
-            for change in detector.evaluate_sources(end, tick, judged):
+            for change in detector.sources.evaluate(end, tick, judged):
                 sample = self.sources[change.target].forged_sample
                 if change.rule == "forged_records" and sample:
                     change.figures["forged_sample"] = sample
@@ -529,7 +538,7 @@ class Pipeline:
             last_tick_end=self.last_tick_end,
             last_tick_seconds=self.last_tick_seconds,
             sources=self._source_views(health, types),
-            source_alerts=[(n, r, int(m.state)) for (n, r), m in det.source_alerts.items()],
+            source_alerts=[(n, r, int(m.state)) for (n, r), m in det.sources.alerts.items()],
             unknown_surface_events=table.unknown_surface_events,
             open_ticks=len(self.clock.open),
             backlog_skipped=self.backlog_skipped,

@@ -124,7 +124,7 @@ def contributors(change: dict[str, Any], limit: int) -> list[dict[str, Any]]:
 
 
 def forged_sample(change: dict[str, Any]) -> str | None:
-    """A forged-records alert's sample line (alarm/detector/engine.py), sanitised again: it is
+    """A forged-records alert's sample line (alarm/pipeline.py), sanitised again: it is
     text a workload wrote."""
     sample = (change.get("figures") or {}).get("forged_sample")
     return sanitize(str(sample), MAX_SAMPLE_CHARS) if sample else None

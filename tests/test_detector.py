@@ -85,21 +85,22 @@ def test_default_unclassified_budget_is_the_tightest():
 
 
 def judge(name="kernel", up=True, lost=0, unknown=0, forged=0):
-    from alarm.detector.engine import SourceJudgement
+    from alarm.detector.sources import SourceJudgement
 
     return [SourceJudgement(name, up, "", lost, unknown, forged, lost, forged)]
 
 
 def test_source_alarms_fire_on_what_a_tick_forged_and_resolve():
-    from alarm.detector.engine import SOURCE_RESOLVE_HOLD, Detector
+    from alarm.detector.engine import Detector
+    from alarm.detector.sources import SOURCE_RESOLVE_HOLD
 
     d = Detector(config_from_dict({}), [])
-    changes = d.evaluate_sources(10, 10, judge(forged=1))
+    changes = d.sources.evaluate(10, 10, judge(forged=1))
     assert [(c.rule, c.state, c.value) for c in changes] == [("forged_records", "firing", 1.0)]
     t, resolved = 10, []
     while not resolved and t < 10 + SOURCE_RESOLVE_HOLD + 30:
         t += 10
-        resolved = d.evaluate_sources(t, 10, judge())
+        resolved = d.sources.evaluate(t, 10, judge())
     assert [(c.rule, c.state) for c in resolved] == [("forged_records", "resolved")]
 
 
@@ -107,7 +108,7 @@ def test_a_gap_of_unknown_size_is_a_records_lost_alarm_that_says_so():
     from alarm.detector.engine import Detector
 
     d = Detector(config_from_dict({}), [])
-    (change,) = d.evaluate_sources(10, 10, judge(unknown=1))
+    (change,) = d.sources.evaluate(10, 10, judge(unknown=1))
     assert (change.rule, change.state) == ("records_lost", "firing")
     assert "unknown number" in change.summary and change.figures["gap_unknown"] is True
 
@@ -156,20 +157,21 @@ def test_a_rows_derived_budget_does_not_depend_on_the_phase_of_the_other_rows():
 
 
 def test_a_source_slow_to_open_at_start_is_not_down_but_one_that_stops_is_at_once():
-    from alarm.detector.engine import SOURCE_START_GRACE, Detector
+    from alarm.detector.engine import Detector
+    from alarm.detector.sources import SOURCE_START_GRACE
 
     d = Detector(config_from_dict({}), [])
     t = 100.0
     while t < 100 + SOURCE_START_GRACE - 1:  # still opening: no page
-        assert d.evaluate_sources(t, 1, judge(up=False)) == []
+        assert d.sources.evaluate(t, 1, judge(up=False)) == []
         t += 1
-    assert d.evaluate_sources(t, 1, judge()) == []  # up
-    (change,) = d.evaluate_sources(t + 1, 1, judge(up=False))  # stopped: down at once
+    assert d.sources.evaluate(t, 1, judge()) == []  # up
+    (change,) = d.sources.evaluate(t + 1, 1, judge(up=False))  # stopped: down at once
     assert (change.rule, change.state) == ("source_down", "firing")
     # One that never comes up is down once the grace is over.
     d = Detector(config_from_dict({}), [])
-    d.evaluate_sources(0, 1, judge(up=False))
-    (change,) = d.evaluate_sources(SOURCE_START_GRACE, 1, judge(up=False))
+    d.sources.evaluate(0, 1, judge(up=False))
+    (change,) = d.sources.evaluate(SOURCE_START_GRACE, 1, judge(up=False))
     assert (change.rule, change.state) == ("source_down", "firing")
 
 

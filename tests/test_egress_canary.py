@@ -26,7 +26,7 @@ from alarm.collectors.kernel.canary import (
 from alarm.collectors.kernel.fence import FenceReader
 from alarm.collectors.kernel.records import KernelRecord
 from alarm.collectors.kernel.synthetic import fence_line
-from alarm.detector.engine import SOURCE_RESOLVE_HOLD
+from alarm.detector.sources import SOURCE_RESOLVE_HOLD
 from exporters.canary_metrics import canary_families
 from tests.kernelnet import fence_netns, require_kernel
 from tests.servicekit import get, metric, running_service, surface_totals, wait_for

@@ -24,7 +24,7 @@ import yaml
 from alarm.backtest import run_backtest
 from alarm.collectors.kernel.synthetic import fence_line
 from alarm.config import config_from_dict, load_config
-from alarm.detector.engine import SOURCE_START_GRACE
+from alarm.detector.sources import SOURCE_START_GRACE
 from alarm.events import NAMED, Batch, Event, SourceHealth, WriteEvents
 from alarm.service import Service
 from tests.fakes.receiver import Receiver

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-import alarm.detector.engine
+import alarm.detector.sources
 from alarm.service import Service
 from tests.fakes.server import free_port, serve
 from tests.registries import servers
@@ -212,7 +212,7 @@ async def test_surface_blind_after_blind_after_when_the_registry_stops_and_resol
 ) -> None:
     # The detector holds a source alert for a minute of clear before resolving; what is tested
     # here is that it resolves once the registry is polled again, so the hold is made short.
-    monkeypatch.setattr(alarm.detector.engine, "SOURCE_RESOLVE_HOLD", 1.0)
+    monkeypatch.setattr(alarm.detector.sources, "SOURCE_RESOLVE_HOLD", 1.0)
     workdir = tmp_path / "pypi"
     workdir.mkdir()
     port = free_port()
@@ -289,7 +289,7 @@ async def test_the_canary_is_seen_and_counted_apart_from_the_surface_writes(
 async def test_surface_blind_when_canaries_go_unlisted_or_refused_and_resolved_when_seen(
     pypiserver: servers.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(alarm.detector.engine, "SOURCE_RESOLVE_HOLD", 1.0)
+    monkeypatch.setattr(alarm.detector.sources, "SOURCE_RESOLVE_HOLD", 1.0)
     proxy = StaleProxy(pypiserver.base)
     async with serve(proxy.app()) as site:
         # Polled, and uploaded to, through a cache in front of the registry.

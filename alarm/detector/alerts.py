@@ -23,6 +23,11 @@ class AlertState(IntEnum):
     RESOLVED = 3  # only ever reported as a transition; the machine rests in INACTIVE
 
 
+def state_name(state: AlertState) -> str:
+    """A state as alert documents name it (``firing``, ``resolved``, ...)."""
+    return state.name.lower()
+
+
 def fingerprint(target: str, rule: str) -> str:
     return hashlib.sha256(f"{target}\x00{rule}".encode()).hexdigest()[:16]
 

@@ -1,11 +1,13 @@
-"""Detector: evaluates every surface (and every kind's aggregate) and every source once per
-closed tick.
+"""Detector: evaluates every surface (and every kind's aggregate) once per closed tick, and
+holds the source rules (sources.py).
 
-Surface state lives in numpy arrays, one row per surface (rows.py): the seasonal baseline
-(seasonal.py), the capacity budgets on every horizon (budget.py) and the two alert state
-machines (alerts.AlertBank).  A tick is a fixed number of vector passes whatever the number of
-surfaces; Python runs per surface only for the few rows whose alert state changes.  Views
-(views.py) give the per-surface objects the snapshot and the tests read.
+Surface state lives in numpy arrays, one row per surface (rows.py): the spike rule's levels
+and tails (spike.py, seasonal.py, tail.py), the capacity budgets on every horizon (budget.py),
+the ledger of weeks (rules/ledger.py) and an alert bank per rule (alerts.AlertBank).  A tick
+is the native tick (whole_tick.py: the core rules' one definition), then the registered rules
+(rules/), then the fold of pages that are not news (rules/precedent.py); Python runs per
+surface only for the few rows whose alert state changes.  Views (views.py) give the
+per-surface objects the snapshot and the tests read.
 """
 
 from __future__ import annotations
@@ -13,14 +15,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from alarm.config import BudgetRule, Config
 from alarm.detector import fused, persist
-from alarm.detector.alerts import AlertBank, AlertChange, AlertMachine, AlertState, fingerprint
+from alarm.detector.alerts import AlertBank, AlertChange, AlertState, fingerprint, state_name
 from alarm.detector.budget import ENVELOPE_MARGIN, MISCONFIGURED_SECONDS, BudgetBank
 from alarm.detector.relative import RelativeBank
 from alarm.detector.rows import AGGREGATE, as_slice, plan_rows
@@ -28,6 +29,7 @@ from alarm.detector.rules import RULES, Rule, RuleRows, TickInput
 from alarm.detector.rules.ledger import Ledger
 from alarm.detector.rules.precedent import LATE, Incidents, Precedent
 from alarm.detector.seasonal import DAY, DAY_SLOTS_PER_HOUR, Prediction, SeasonalBaseline
+from alarm.detector.sources import REMOVED, SourceRules
 from alarm.detector.spike import STATISTICS, SizeLevel, SpikeJudgement, SpikeModel
 from alarm.detector.swarm import MemberShift
 from alarm.detector.tail import TailBank
@@ -37,14 +39,6 @@ from alarm.surfaces import SurfaceKey
 
 log = logging.getLogger("capalarm.detector")
 
-# Source rules fire on any occurrence in a tick: a lost fence record is a blind spot and a
-# forged one is someone trying to hide or fake traffic.  They resolve after a quiet minute.
-SOURCE_RESOLVE_HOLD = 60.0
-# A source that has not been up yet since the service started is not down before this: its
-# reader may take a few seconds to open (a cold start, a first import), and that is no page.
-SOURCE_START_GRACE = 10.0
-SOURCE_RULES = ("records_lost", "forged_records", "source_down", "surface_blind")
-REMOVED = "removed from the configuration"
 # The learned profiles: saved on a slower cadence than the rest of the state (state_arrays).
 SLOW_ARRAYS = frozenset(
     {
@@ -69,21 +63,6 @@ AGGREGATE_EVIDENCE_MEMBERS = 5
 
 # row -> its recent top contributors: (name, bytes, receipt or None)
 Evidence = Callable[[int], list[tuple[str, int, dict[str, Any] | None]]]
-
-
-@dataclass(slots=True, frozen=True)
-class SourceJudgement:
-    """What one source did in one tick, for the source rules."""
-
-    name: str
-    up: bool
-    last_error: str
-    lost: int  # records known lost this tick
-    lost_unknown: int  # gaps of unknown size this tick
-    forged: int
-    lost_total: int
-    forged_total: int
-    blind: str = ""  # why the source cannot see ("" while it sees)
 
 
 class Detector:
@@ -168,10 +147,7 @@ class Detector:
         self._spike_columns: tuple[np.ndarray, np.ndarray] | None = None
 
         self.surfaces = SurfaceMap(self)
-        self.source_alerts: dict[tuple[str, str], AlertMachine] = {}
-        # Per source: when it was first judged, while it has not been up yet (see
-        # SOURCE_START_GRACE); -inf once it has.
-        self._source_starting: dict[str, float] = {}
+        self.sources = SourceRules()  # the source rules (sources.py)
         # The registered rules (rules/), after the core ones, on the shared ledger of weeks.
         self.ledger = Ledger(n)
         derived = np.array(plan.derived, dtype=bool)
@@ -680,7 +656,7 @@ class Detector:
         value, threshold, what = self.surface_rules[rule].describe_alert(
             row, self, figures, seasonal_binds
         )
-        state = _state_name(new)
+        state = state_name(new)
         if prev == new == AlertState.FIRING:
             figures["escalated"] = True
             what += " — escalated"
@@ -700,7 +676,7 @@ class Detector:
             kind=kind,
             rule=rule,
             state=state,
-            previous=_state_name(prev),
+            previous=state_name(prev),
             at=now,
             started_at=float(bank.started_at[row]),
             value=value,
@@ -768,84 +744,12 @@ class Detector:
             out += listed or [(name, int(self._bytes[i]), None)]
         return out
 
-    # -- sources -----------------------------------------------------------------------
-    def evaluate_sources(
-        self, now: float, tick: float, judged: Sequence[SourceJudgement]
-    ) -> list[AlertChange]:
-        changes = []
-        for j in judged:
-            starting = self._source_starting.setdefault(j.name, now)
-            if j.up:
-                self._source_starting[j.name] = -math.inf
-                if not (j.lost or j.lost_unknown or j.forged or j.blind) and self._at_rest(j.name):
-                    continue  # up, seeing, nothing lost or forged, no alert: nothing to step
-            down = not j.up and now - starting >= SOURCE_START_GRACE
-            values = {
-                "records_lost": j.lost + j.lost_unknown,
-                "forged_records": j.forged,
-                "source_down": 1 if down else 0,
-                "surface_blind": 1 if j.blind else 0,
-            }
-            for rule, value in values.items():
-                machine = self.source_alerts.get((j.name, rule))
-                if machine is None:
-                    machine = _source_machine(j.name, rule)
-                    self.source_alerts[(j.name, rule)] = machine
-                level = 0.5 if rule in ("source_down", "surface_blind") else 0.0
-                change = machine.step(now, tick, float(value), level)
-                if change:
-                    changes.append(_source_change(j, rule, change, machine, now))
-        return changes
-
-    def quiet(self, source: str) -> bool:
-        """Whether judging ``source`` while it is up, sees and lost or forged nothing can
-        change nothing: it has been up, and every alert of its rules is at rest."""
-        return self._source_starting.get(source) == -math.inf and self._at_rest(source)
-
-    def _at_rest(self, source: str) -> bool:
-        """Whether every source rule of ``source`` has its machine, and each is inactive."""
-        machines = self.source_alerts
-        return all(
-            (m := machines.get((source, rule))) is not None and m.state == AlertState.INACTIVE
-            for rule in SOURCE_RULES
-        )
-
-    def resolve_removed_sources(self, live: set[str], now: float) -> list[AlertChange]:
-        """Sources no longer declared: their firing alerts resolve, and they are forgotten."""
-        changes = []
-        for (name, rule), machine in list(self.source_alerts.items()):
-            if name in live:
-                continue
-            del self.source_alerts[(name, rule)]
-            if machine.state == AlertState.FIRING:
-                changes.append(
-                    AlertChange(
-                        fingerprint=machine.fingerprint,
-                        target_type="source",
-                        target=name,
-                        kind="source",
-                        rule=rule,
-                        state="resolved",
-                        previous="firing",
-                        at=now,
-                        started_at=machine.started_at,
-                        value=0.0,
-                        threshold=0.0,
-                        figures={"removed": True},
-                        summary=f"source {name} was {REMOVED} — resolved",
-                    )
-                )
-        return changes
-
     def firing(self) -> list[tuple[str, str, str]]:
         out = []
         for bank in self.alert_banks.values():
             for row in np.flatnonzero(bank.state == AlertState.FIRING):
                 out.append((bank.targets[row], bank.rule, bank.fingerprint(int(row))))
-        for m in self.source_alerts.values():
-            if m.state == AlertState.FIRING:
-                out.append((m.target, m.rule, m.fingerprint))
-        return out
+        return out + self.sources.firing()
 
     def in_episode(self, rows: np.ndarray) -> np.ndarray:
         """Per row of ``rows``: whether an episode is still open on it — a rule pending or
@@ -916,7 +820,7 @@ class Detector:
             "version": persist.VERSION,
             "keys": self.targets,
             "horizons": ["|".join(h) for h in self.budget.names],
-            "sources": {f"{n}/{r}": m.to_state() for (n, r), m in self.source_alerts.items()},
+            "sources": self.sources.to_state(),
             # Which day each block of the spike tails' kept peaks holds (shared by all rows).
             "tail_days": self.spike.tail.day.tolist(),
             "swarm_tail_days": self.swarm.tail.day.tolist(),
@@ -935,7 +839,7 @@ class Detector:
         if not isinstance(state, dict):
             return
         if state.get("version") == persist.VERSION:
-            self._load_sources(state.get("sources"))
+            self.sources.load(state.get("sources"))
             arrays = state.get("arrays")
             if isinstance(arrays, dict):
                 self.load_arrays(state, {n: persist.unpack(a) for n, a in arrays.items()})
@@ -945,8 +849,8 @@ class Detector:
     def load_sources(self, header: dict, live: set[str], now: float) -> list[AlertChange]:
         """Restore the source alerts in ``header``; those of sources no longer declared are
         returned resolved, "removed from the configuration"."""
-        self._load_sources(header.get("sources"))
-        return self.resolve_removed_sources(live, now)
+        self.sources.load(header.get("sources"))
+        return self.sources.resolve_removed(live, now)
 
     def load_arrays(
         self, header: dict, arrays: Mapping[str, np.ndarray | None], now: float = 0.0
@@ -1027,23 +931,6 @@ class Detector:
                 )
         return changes
 
-    def _load_sources(self, saved: Any) -> None:
-        """Source alerts as saved: one that was firing resolves after a quiet minute, so the
-        destinations that were told it fired are told it resolved (a restart must not leave
-        a page open forever)."""
-        if not isinstance(saved, dict):
-            return
-        for key, state in saved.items():
-            name, _, rule = str(key).rpartition("/")
-            if rule not in SOURCE_RULES or not name or not isinstance(state, dict):
-                continue
-            machine = _source_machine(name, rule)
-            try:
-                machine.load_state(state)
-            except (TypeError, ValueError):
-                continue
-            self.source_alerts[(name, rule)] = machine
-
     def _load_v1(self, surfaces: dict) -> None:
         """State saved by detector v1: per-surface window, CUSUM and alert dicts."""
         for row, target in enumerate(self.targets):
@@ -1063,54 +950,6 @@ class Detector:
                 continue
 
 
-def _source_change(
-    j: SourceJudgement,
-    rule: str,
-    change: tuple[AlertState, AlertState],
-    machine: AlertMachine,
-    now: float,
-) -> AlertChange:
-    prev, new = change
-    if rule == "records_lost":
-        if j.lost_unknown and not j.lost:
-            what = "lost an unknown number of records (a gap it cannot measure): a blind spot"
-        else:
-            unknown = " and a gap of unknown size" if j.lost_unknown else ""
-            what = f"lost {j.lost} records this tick{unknown} ({j.lost_total} in all): a blind spot"
-        value = j.lost + j.lost_unknown
-    elif rule == "forged_records":
-        what = (
-            f"rejected {j.forged} forged records ({j.forged_total} in all): someone wrote "
-            "look-alike fence lines"
-        )
-        value = j.forged
-    elif rule == "surface_blind":
-        what = f"cannot see what it watches: {j.blind or 'blind'}"
-        value = 1 if j.blind else 0
-    else:
-        what = f"is not reading: {j.last_error or 'down'}"
-        value = 0 if j.up else 1
-    return AlertChange(
-        fingerprint=machine.fingerprint,
-        target_type="source",
-        target=j.name,
-        kind="source",
-        rule=rule,
-        state=_state_name(new),
-        previous=_state_name(prev),
-        at=now,
-        started_at=machine.started_at,
-        value=float(value),
-        threshold=0.0,
-        figures={
-            "records_lost_total": j.lost_total,
-            "forged_records_total": j.forged_total,
-            **({"gap_unknown": True} if j.lost_unknown else {}),
-        },
-        summary=f"source {j.name} {what}",
-    )
-
-
 F64 = np.dtype(np.float64)
 
 
@@ -1121,12 +960,4 @@ def _float64(values: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(values, dtype=np.float64)
 
 
-def _source_machine(name: str, rule: str) -> AlertMachine:
-    return AlertMachine(f"source/{name}", rule, 0.0, SOURCE_RESOLVE_HOLD, 1.0)
-
-
-def _state_name(state: AlertState) -> str:
-    return state.name.lower()
-
-
-__all__ = ["AGGREGATE", "SOURCE_RESOLVE_HOLD", "SOURCE_RULES", "Detector", "SurfaceFigures"]
+__all__ = ["AGGREGATE", "Detector", "SurfaceFigures"]

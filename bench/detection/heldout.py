@@ -123,8 +123,8 @@ def resolve_window(config: Any, assumed: set[str]) -> Callable[[str, str], float
     (alarm/detector/rules/): their RESOLVE_HOLD; sources: SOURCE_RESOLVE_HOLD).
     A rule this does not know gets the spike rule's window and is named in ``assumed``."""
     from alarm.config import AggregateRule, BudgetRule
-    from alarm.detector.engine import SOURCE_RESOLVE_HOLD
     from alarm.detector.rules import RULES
+    from alarm.detector.sources import SOURCE_RESOLVE_HOLD
 
     by_name = {s.name: s for s in config.surfaces}
     # An aggregate without a budget of its own: the defaults' windows.

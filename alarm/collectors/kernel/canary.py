@@ -5,7 +5,7 @@ that the fence logs, from the host or from inside a named network namespace (the
 made by a short-lived thread that enters the namespace with setns(2) and then ends, so no
 thread of the service ever stays in another namespace).  Each kernel source must then read
 that datagram's fence record within ``deadline``; if one does not, the service marks the
-source blind (``surface_blind``, see alarm/detector/engine.py), and clears it when the source
+source blind (``surface_blind``, see alarm/detector/sources.py), and clears it when the source
 reads the next canary.  Nothing else shows that the fence rule is still there, that
 ``net.netfilter.nf_log_all_netns`` is still set, and that the log still reaches the reader.
 
