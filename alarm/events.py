@@ -213,6 +213,10 @@ class SourceHealth:
     provenance_verified: bool = False
     # Everything the source could read so far has been emitted: its events up to "now" are in.
     caught_up: bool = False
+    # A source that polls (registries, boards): how often it looks (s); 0 for one that reads
+    # records as they come.  A poll sees only what happened before it started, so a poller is
+    # never "at now" between polls: it holds ticks at its watermark instead (eventtime.py).
+    poll_interval: float = 0.0
     last_record_ts: float = 0.0
     last_success_at: float = 0.0  # last complete read or poll (unix s)
     read_seconds: float = 0.0  # what the last read or poll took

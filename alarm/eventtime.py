@@ -7,11 +7,18 @@ it open is past its end:
 - a source's *watermark* is the largest ``Batch.watermark`` it handed over ("every event
   stamped before this has been handed over"); a source that is *caught up* (it read everything
   it could) is taken to be at ``now - grace`` — events still in flight get ``grace``;
+- a source that polls (``SourceHealth.poll_interval``: registries, boards) is never taken to
+  be at ``now``: a poll sees what happened before it started, so its watermark is the start
+  of its last successful poll and it holds ticks there while the next poll on schedule may
+  still move it — while the watermark is younger than one interval (at most
+  ``MAX_POLL_HOLD``) plus ``lateness`` (``poll_hold``).  So a post listed by the next
+  on-time poll counts in its own tick, not late;
 - a source holds ticks open only while its watermark keeps moving: one that is up but stuck
-  for ``lateness`` of wall-clock time stops holding them, and one that is down holds none
-  (the others must not go unjudged because one is blind — its blindness is the
-  ``source_down`` alarm) — except, at start, a source that has not handed anything over yet,
-  for up to ``lateness`` (a kmsg reader replaying the ring buffer after a restart);
+  for ``lateness`` of wall-clock time (a poller: older than ``poll_hold``) stops holding them,
+  and one that is down holds none (the others must not go unjudged because one is blind —
+  its blindness is the ``source_down`` alarm) — except, at start, a source that has not
+  handed anything over yet, for up to ``lateness`` (a kmsg reader replaying the ring buffer
+  after a restart);
 - with no source holding ticks open, ticks close at ``now - lateness``.
 
 An event for a tick already evaluated (late), or older than ``max_backlog``, counts in the first
@@ -36,6 +43,10 @@ from alarm.events import SourceHealth
 # scatter for the batch; the tick's sums are then ready when it is evaluated); a larger one
 # (a wide table) as chunks of the rows that wrote.
 DENSE_CELLS = 1 << 19
+# A poller holds ticks open for at most this much of its interval (plus ``lateness``): every
+# source's ticks wait for it, so a registry polled hourly must not hold the kernel's alarms
+# back an hour.  Past it, what its next poll lists counts late.
+MAX_POLL_HOLD = 300.0
 
 
 @dataclass(slots=True)
@@ -148,6 +159,13 @@ class EventClock:
         holding: list[float] = []
         for name, clock in self.sources.items():
             h = health.get(name)
+            if h is not None and h.up and h.poll_interval > 0:
+                # A poller knows what happened before its last successful poll started (its
+                # watermark), never up to now: what came after is listed by the next poll.
+                # Its ticks wait while that poll, on schedule, may still move the watermark.
+                if now - clock.watermark < self.poll_hold(h.poll_interval):
+                    holding.append(clock.watermark)
+                continue  # stuck (a hanging poll, a Retry-After): what it lists counts late
             if h is not None and h.up and h.caught_up:
                 # Caught up: its events up to now (less what is still in flight) are in.
                 if now - self.grace > clock.watermark:
@@ -159,6 +177,12 @@ class EventClock:
             elif now - clock.advanced_at < self.lateness:
                 holding.append(clock.watermark)
         return min(holding) if holding else now - self.lateness
+
+    def poll_hold(self, interval: float) -> float:
+        """How far behind ``now`` a poller that is up may hold ticks: one interval (at most
+        :data:`MAX_POLL_HOLD`) until its next poll starts, and ``lateness`` for that poll to
+        page through the listing and hand it over."""
+        return min(interval, MAX_POLL_HOLD) + self.lateness
 
     # -- cells -------------------------------------------------------------------------
     def place(self, ts: np.ndarray, now: float | None) -> tuple[np.ndarray, int, int]:

@@ -11,11 +11,14 @@ created_at, updated_at, version}``.  Writes go through the API as an agent would
 
 ``GET /api/posts?page=N`` lists the posts ``per_page`` at a time as ``{"posts": [...],
 "meta": {"created_total": <posts ever made>, "next": "?page=N+1" or null}}``; with
-``newest`` set only the newest that many posts are listed (boards that show a window).
+``newest`` set only the newest that many posts are listed (boards that show a window).  Each
+page is answered ``page_delay`` seconds after it is asked for (a long listing takes a while
+to page through), or with ``down`` set as an error (a board that is down: 503).
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -28,6 +31,8 @@ from aiohttp import web
 class Board:
     per_page: int = 50
     newest: int | None = None
+    page_delay: float = 0.0
+    down: bool = False
     posts: dict[str, dict[str, Any]] = field(default_factory=dict)
     created_total: int = 0
     numbers: dict[str, int] = field(default_factory=dict)
@@ -71,6 +76,10 @@ class Board:
         return app
 
     async def _list(self, request: web.Request) -> web.Response:
+        if self.page_delay:
+            await asyncio.sleep(self.page_delay)
+        if self.down:
+            raise web.HTTPServiceUnavailable()
         page = int(request.query.get("page", "0"))
         listed = list(self.posts.values())
         if self.newest is not None:

@@ -21,7 +21,9 @@ An adapter knows one API; each poll it is handed a :class:`Cycle` and reports wh
   replica) is not counted again (``items_reappeared``).
 - **Proof of sight.**  ``health.last_success_at`` at the end of every complete poll, ``up``
   and ``caught_up`` with it, ``watermark`` = the poll's start (every upload before it has been
-  seen); a failed poll is ``health.failed`` and ``up = False``.  While the last successful
+  seen; ``health.poll_interval`` tells the pipeline to hold ticks there until the next poll,
+  not at "now", so what that poll lists counts in its own tick); a failed poll is
+  ``health.failed`` and ``up = False`` (it holds no ticks).  While the last successful
   poll (or, before the first, the start) is older than ``blind_after``, ``health.blind`` says
   so: the service's ``surface_blind`` alarm.  A timer of its own sets it, because the poll
   that should have succeeded may be the one that hangs (retries, ``Retry-After``).  With
@@ -264,7 +266,9 @@ class RegistryPoller:
         self.settings = settings
         self.adapter = adapter
         self.authorization = authorization
-        self.health = SourceHealth()
+        # A poller: the pipeline holds ticks at the start of its last successful poll (the
+        # watermark it hands over), not at "now", while its next poll is due (eventtime.py).
+        self.health = SourceHealth(poll_interval=settings.interval)
         self.sight = Sight(self.health)
         self.counts: Counter[str] = Counter()
         # Set once a poll has learned the registry (or a saved position says one had): the
