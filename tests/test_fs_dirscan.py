@@ -257,3 +257,46 @@ async def test_a_listing_that_fails_midway_sweeps_nothing(
     assert failing["calls"] >= 2
     assert rec.counts["scan_errors"] >= 1
     assert rec.bytes_under(str(tree)) == 0 and rec.counts["files_created"] == 0
+
+
+def test_native_keys_are_the_interpreters_hashes() -> None:
+    """list_dir computes hash((dir, name)) and hash((dev, ino)) in C without making the
+    tuples (_dirscan.c pair_hash): they must be key64's, for any ints and names."""
+    if not dirscan.available():
+        pytest.skip("the extension was not built")
+    rng = np.random.default_rng(29)
+    for _ in range(5000):
+        d = int(rng.integers(1, 1 << 62))
+        name = rng.bytes(int(rng.integers(1, 60)))
+        dev = int(rng.integers(-(1 << 62), 1 << 62))
+        ino = int(rng.integers(0, 1 << 63)) * 2 + int(rng.integers(0, 2))
+        assert dirscan._native.keys_of(d, name, dev, ino) == (key64((d, name)), key64((dev, ino)))
+
+
+def test_fanotify_resolves_a_directory_it_was_not_told_of(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A directory fanotify names by a handle we do not know is resolved to its path
+    (open_by_handle_at with a mount descriptor it accepts: not O_PATH, which it refuses)."""
+    from alarm.collectors.fs import fanotify as fan
+    from tests.test_fs_kit import mount_tmpfs
+
+    mount_tmpfs(tmp_path / "mnt", request)
+    root = os.fsencode(tmp_path / "mnt")
+    try:
+        group = fan.Fanotify()
+        fsid = group.mark_filesystem(root)
+    except OSError as exc:
+        pytest.skip(f"fanotify: {exc}")
+    try:
+        os.mkdir(root + b"/new")
+        with open(root + b"/new/f", "wb") as f:
+            f.write(b"x")
+        events, bad = fan.parse(os.read(group.fd, 1 << 16))
+        assert not bad
+        (key,) = {k for _m, _p, k, name, _k2, _n2 in events if name == b"f"}
+        assert key != group.handle_key(root, fsid)
+        assert key == group.handle_key(root + b"/new", fsid)
+        assert group.resolve(key) == root + b"/new"
+    finally:
+        group.close()

@@ -10,9 +10,10 @@
  *      done)
  *
  * names: a list of bytes ("." and ".." left out); keys: the names-map key of each entry,
- * table.key64((dir_id, name)) computed with the interpreter's own hash (so Python and C
- * agree in every process, salted or not); idents: table.key64((dev, ino)), the inode map's
- * key (0 where err); the other columns: bytes of int64 (ino: uint64),
+ * table.key64((dir_id, name)) with the interpreter's own hash of the name (so Python and C
+ * agree in every process, salted or not) and its tuple and int hashing done here (pair_hash,
+ * checked against hash() at import by dirscan.py); idents: table.key64((dev, ino)), the
+ * inode map's key (0 where err); the other columns: bytes of int64 (ino: uint64),
  * one item per entry; err: 0, or the errno of the entry's fstatat (its other columns 0);
  * done: the directory has no more entries.  The system calls run without the GIL.
  *
@@ -83,6 +84,37 @@ static uint64_t key64(Py_hash_t h) {
     return k > 1 ? k : k + 2; /* never EMPTY (0) or DELETED (1): table.py */
 }
 
+/* hash((a, b)) of two ints, or of an int and an object whose hash is `b`, as the
+ * interpreter computes it (Objects/tupleobject.c tuplehash, xxHash-based since 3.8; an int's
+ * hash is its value modulo 2**61 - 1, Objects/longobject.c), without making the ints and the
+ * tuple: those objects were most of the work per entry beyond the system calls.  dirscan.py
+ * checks at import that this agrees with hash() and lists without the extension if not. */
+#define XXPRIME_1 ((Py_uhash_t)11400714785074694791ULL)
+#define XXPRIME_2 ((Py_uhash_t)14029467366897019727ULL)
+#define XXPRIME_5 ((Py_uhash_t)2870177450012600261ULL)
+#define XXROTATE(x) (((x) << 31) | ((x) >> 33))
+
+static Py_uhash_t hash_i64(int64_t v) {
+    uint64_t a = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    Py_hash_t h = (Py_hash_t)(a % _PyHASH_MODULUS);
+    if (v < 0) h = -h;
+    return (Py_uhash_t)(h == -1 ? -2 : h);
+}
+
+static Py_uhash_t hash_u64(uint64_t v) { return (Py_uhash_t)(v % _PyHASH_MODULUS); }
+
+static Py_hash_t pair_hash(Py_uhash_t a, Py_uhash_t b) {
+    Py_uhash_t acc = XXPRIME_5;
+    acc += a * XXPRIME_2;
+    acc = XXROTATE(acc);
+    acc *= XXPRIME_1;
+    acc += b * XXPRIME_2;
+    acc = XXROTATE(acc);
+    acc *= XXPRIME_1;
+    acc += (Py_uhash_t)2 ^ (XXPRIME_5 ^ 3527539UL);
+    return acc == (Py_uhash_t)-1 ? 1546275796 : (Py_hash_t)acc;
+}
+
 /* fstatat of one entry into its row (no GIL needed). */
 static void look(int fd, row *r) {
     struct stat st;
@@ -103,7 +135,7 @@ static void look(int fd, row *r) {
 /* Rows (with the GIL) into the columns: each name's map key, its inode's, its lstat.  `name`
  * is the row's name object when the caller has one (stat_names), else NULL (made here and
  * appended to `names`). */
-static int add_row(const row *r, PyObject *given, PyObject *did, PyObject *names,
+static int add_row(const row *r, PyObject *given, long long did, PyObject *names,
                    growbuf *cols) {
     PyObject *name = given;
     if (name == NULL) {
@@ -113,22 +145,10 @@ static int add_row(const row *r, PyObject *given, PyObject *did, PyObject *names
         Py_DECREF(name);
         if (bad < 0) return -1;
     }
-    PyObject *pair = PyTuple_Pack(2, did, name);
-    Py_hash_t h = pair == NULL ? -1 : PyObject_Hash(pair);
-    Py_XDECREF(pair);
-    if (h == -1) return -1;
-    uint64_t k = key64(h), ident = 0;
-    if (!r->err) {
-        PyObject *d = PyLong_FromLongLong(r->dev);
-        PyObject *i = PyLong_FromUnsignedLongLong(r->ino);
-        PyObject *di = (d && i) ? PyTuple_Pack(2, d, i) : NULL;
-        Py_XDECREF(d);
-        Py_XDECREF(i);
-        Py_hash_t hi = di == NULL ? -1 : PyObject_Hash(di);
-        Py_XDECREF(di);
-        if (hi == -1) return -1;
-        ident = key64(hi);
-    }
+    Py_hash_t hn = PyObject_Hash(name); /* cached in the bytes object for later lookups */
+    if (hn == -1) return -1;
+    uint64_t k = key64(pair_hash(hash_i64(did), (Py_uhash_t)hn)), ident = 0;
+    if (!r->err) ident = key64(pair_hash(hash_i64(r->dev), hash_u64(r->ino)));
     if (gb_put(&cols[0], &k, 8) || gb_put(&cols[1], &r->dev, 8) || gb_put(&cols[2], &r->ino, 8) ||
         gb_put(&cols[3], &r->mode, 8) || gb_put(&cols[4], &r->nlink, 8) ||
         gb_put(&cols[5], &r->size, 8) || gb_put(&cols[6], &r->blocks, 8) ||
@@ -164,14 +184,13 @@ static PyObject *list_dir(PyObject *self, PyObject *args) {
     Py_ssize_t max_entries;
     if (!PyArg_ParseTuple(args, "iLn", &fd, &dir_id, &max_entries)) return NULL;
     PyObject *names = PyList_New(0);
-    PyObject *did = PyLong_FromLongLong(dir_id);
     char *buf = malloc(BUF_BYTES);
     row *rows = malloc(sizeof(row) * (BUF_BYTES / 20 + 1));
     growbuf cols[11] = {{0}};
     PyObject *result = NULL;
     int done = 0;
     Py_ssize_t total = 0;
-    if (names == NULL || did == NULL || buf == NULL || rows == NULL) {
+    if (names == NULL || buf == NULL || rows == NULL) {
         PyErr_NoMemory();
         goto out;
     }
@@ -204,7 +223,7 @@ static PyObject *list_dir(PyObject *self, PyObject *args) {
         }
         if (got == 0) done = 1;
         for (size_t i = 0; i < n; i++)
-            if (add_row(&rows[i], NULL, did, names, cols) < 0) goto out;
+            if (add_row(&rows[i], NULL, dir_id, names, cols) < 0) goto out;
         total += (Py_ssize_t)n;
     }
     result = listing(names, cols, done);
@@ -212,7 +231,6 @@ out:
     for (int c = 0; c < 11; c++) free(cols[c].data);
     free(buf);
     free(rows);
-    Py_XDECREF(did);
     Py_XDECREF(names);
     return result;
 }
@@ -225,11 +243,10 @@ static PyObject *stat_names(PyObject *self, PyObject *args) {
     names = PySequence_List(names); /* our own list: its items stay while the GIL is off */
     if (names == NULL) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(names);
-    PyObject *did = PyLong_FromLongLong(dir_id);
     row *rows = PyMem_Calloc(n ? n : 1, sizeof(row));
     growbuf cols[11] = {{0}};
     PyObject *result = NULL;
-    if (did == NULL || rows == NULL) {
+    if (rows == NULL) {
         PyErr_NoMemory();
         goto out;
     }
@@ -246,12 +263,11 @@ static PyObject *stat_names(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i++) look(fd, &rows[i]);
     Py_END_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++)
-        if (add_row(&rows[i], PyList_GET_ITEM(names, i), did, names, cols) < 0) goto out;
+        if (add_row(&rows[i], PyList_GET_ITEM(names, i), dir_id, names, cols) < 0) goto out;
     result = listing(names, cols, 1);
 out:
     for (int c = 0; c < 11; c++) free(cols[c].data);
     PyMem_Free(rows);
-    Py_XDECREF(did);
     Py_DECREF(names);
     return result;
 }
@@ -265,6 +281,14 @@ static int column(PyObject *obj, Py_buffer *view, Py_ssize_t *n, const char *wha
     }
     *n = view->len / 8;
     return 0;
+}
+
+/* A str of ASCII bytes: copied straight in, where PyUnicode_FromStringAndSize decodes UTF-8
+ * first (a ledger row is two of these, made for every file a baseline finds). */
+static PyObject *ascii(const char *s, int n) {
+    PyObject *u = PyUnicode_New(n, 127);
+    if (u != NULL) memcpy(PyUnicode_DATA(u), s, (size_t)n);
+    return u;
 }
 
 static PyObject *ledger_rows(PyObject *self, PyObject *args) {
@@ -289,8 +313,8 @@ static PyObject *ledger_rows(PyObject *self, PyObject *args) {
                                       (long long)counted[i], (long long)mtime[i], (long long)nm[i])
                            : snprintf(vb, sizeof vb, "[%lld,%lld,%lld]", (long long)size[i],
                                       (long long)counted[i], (long long)mtime[i]);
-        PyObject *k = PyUnicode_FromStringAndSize(kb, kl);
-        PyObject *v = PyUnicode_FromStringAndSize(vb, vl);
+        PyObject *k = ascii(kb, kl);
+        PyObject *v = ascii(vb, vl);
         int bad = k == NULL || v == NULL || PyDict_SetItem(target, k, v) < 0;
         Py_XDECREF(k);
         Py_XDECREF(v);
@@ -380,7 +404,20 @@ out:
     return ret;
 }
 
+static PyObject *keys_of(PyObject *self, PyObject *args) {
+    long long did, dev;
+    unsigned long long ino;
+    PyObject *name;
+    if (!PyArg_ParseTuple(args, "LO!LK", &did, &PyBytes_Type, &name, &dev, &ino)) return NULL;
+    Py_hash_t hn = PyObject_Hash(name);
+    if (hn == -1) return NULL;
+    return Py_BuildValue("KK", (unsigned long long)key64(pair_hash(hash_i64(did), (Py_uhash_t)hn)),
+                         (unsigned long long)key64(pair_hash(hash_i64(dev), hash_u64(ino))));
+}
+
 static PyMethodDef methods[] = {
+    {"keys_of", keys_of, METH_VARARGS,
+     "keys_of(dir_id, name, dev, ino) -> (names-map key, inode-map key), as list_dir makes them"},
     {"list_dir", list_dir, METH_VARARGS,
      "list_dir(fd, dir_id, max_entries) -> (names, keys, dev, ino, mode, nlink, size, blocks, "
      "mtime_ns, ctime_ns, err, idents, done)"},

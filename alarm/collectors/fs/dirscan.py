@@ -29,6 +29,31 @@ try:  # the native lister (alarm/collectors/fs/_dirscan.c), built by pip where a
 except ImportError:  # pragma: no cover - exercised where the extension was not built
     _native = None
 
+
+def _agrees(native: object) -> bool:
+    """Whether the extension's map keys are table.key64's: it computes hash((dir, name)) and
+    hash((dev, ino)) the way this interpreter does without making the tuples, and a Python
+    whose tuple or int hash differs must not use it (every lookup would miss)."""
+    mask = (1 << 64) - 1
+
+    def key(value: object) -> int:
+        k = hash(value) & mask
+        return k if k > 1 else k + 2
+
+    samples = [
+        (7, b"x", 5, 9),
+        (1 << 40, b"\xff" * 300, -3, (1 << 64) - 1),
+        (2**61 - 1, b"a", 0, 2**61),
+    ]
+    return all(
+        native.keys_of(d, n, dev, ino) == (key((d, n)), key((dev, ino)))  # type: ignore[attr-defined]
+        for d, n, dev, ino in samples
+    )
+
+
+if _native is not None and not _agrees(_native):  # pragma: no cover - another interpreter
+    _native = None
+
 OPEN_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 

@@ -403,6 +403,7 @@ class Engine:
                     new = state.observe(did, comp, st, ts, True, self._out, change="mkdir")
                     if new >= 0:
                         ops.new_dirs.append((new, ts))
+                        ops.scanning.add(new)
                     cid = d.children.get(comp)
                     if cid is None:
                         return -2
@@ -745,10 +746,12 @@ class Engine:
 
     def _run_jobs(self, now: float, out: Output) -> None:
         budget = SCAN_BUDGET
+        # Without canaries no name is skipped: no call per listed entry to say so.
+        skip = self._skip if self.canaries is not None else None
         for job in list(self.jobs):
             if budget <= 0:
                 break
-            done, used = job.run(self.state, budget, now, out, self._skip)
+            done, used = job.run(self.state, budget, now, out, skip)
             budget -= used
             out.counts["scan_entries"] += used
             if done:

@@ -163,7 +163,10 @@ class Fanotify:
         fh.handle_type = htype
         ctypes.memmove(fh.f_handle, key[16:], nbytes)
         try:
-            mount_fd = os.open(mount_path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            # Not O_PATH: open_by_handle_at(2) takes the mount descriptor with fdget(), which
+            # refuses O_PATH descriptors (EBADF), so every unknown directory went unresolved
+            # and every event of the rest of the file system was resolved again.
+            mount_fd = os.open(mount_path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
             return None
         try:

@@ -82,9 +82,10 @@ class ScanJob:
         budget: int,
         now: float,
         out: Output,
-        skip: Callable[[int, bytes], bool],
+        skip: Callable[[int, bytes], bool] | None,
     ) -> tuple[bool, int]:
-        """Scan up to ``budget`` entries; returns (done, entries scanned)."""
+        """Scan up to ``budget`` entries; returns (done, entries scanned).  ``skip``: names
+        that are not the tree's (our canaries), None when there can be none."""
         used = 0
         count = self.count
         since = self.since
@@ -140,7 +141,7 @@ class ScanJob:
             for entry in self._iter:
                 used += 1
                 name = entry.name
-                if skip(did, name):
+                if skip is not None and skip(did, name):
                     continue
                 try:
                     st = entry.stat(follow_symlinks=False)
@@ -181,7 +182,7 @@ class ScanJob:
         budget: int,
         now: float,
         out: Output,
-        skip: Callable[[int, bytes], bool],
+        skip: Callable[[int, bytes], bool] | None,
     ) -> int:
         """List about ``budget`` more entries of the directory open natively and observe
         them (new names of new inodes in bulk); returns the entries listed."""
@@ -204,7 +205,10 @@ class ScanJob:
             ts = np.clip(lst.ctime / 1e9, self.since, now)
         else:
             ts = np.full(len(names), now)
-        keep = np.fromiter((not skip(did, n) for n in names), dtype=bool, count=len(names))
+        if skip is None:
+            keep = np.ones(len(names), dtype=bool)
+        else:
+            keep = np.fromiter((not skip(did, n) for n in names), dtype=bool, count=len(names))
         for i in np.flatnonzero(lst.err).tolist():
             if not keep[i]:
                 continue

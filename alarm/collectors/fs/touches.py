@@ -46,6 +46,11 @@ class Touches:
         self.counting = counting  # False: the dir is in a baseline that has not listed it yet
         self.entries: dict[tuple[int, bytes], Touch] = {}
         self.new_dirs: list[tuple[int, float]] = []  # (dir id, when): to be scanned
+        # Directories registered while this step's events were read (fanotify names a new
+        # directory by its handle before its mkdir is looked at): their scan, started after
+        # the look, lists every entry there, so a touch in one is left to it; looked at here
+        # too, each new file went through observe twice (the scan's look finds it known).
+        self.scanning: set[int] = set()
 
     def touch(
         self,
@@ -57,7 +62,7 @@ class Touches:
         pid: int = 0,
         gone_ok: bool = False,
     ) -> None:
-        if self.skip(dir_id, name):
+        if dir_id in self.scanning or self.skip(dir_id, name):
             return
         key = (dir_id, name)
         t = self.entries.get(key)
