@@ -315,8 +315,9 @@ class EventTime(Strict):
     # (records in flight between the kernel, the reader and the pipeline).
     grace: Duration = Field(0.25, le=60.0)
     # How long (wall clock) a source that is up but behind may hold ticks open before they
-    # close without it; what it delivers later for those ticks counts as late.  A poller holds
-    # them one interval (at most 5 min) plus this after its last successful poll started.
+    # close without it; what it delivers later for those ticks counts as late.  Where every
+    # source polls, a poller holds them one interval (at most 5 min) plus this after its last
+    # successful poll started.
     lateness: Duration = Field(30.0, le=3600.0)
     # After an outage at most this much past is evaluated tick by tick; older events count as
     # late in the first tick evaluated.

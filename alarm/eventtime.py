@@ -7,12 +7,15 @@ it open is past its end:
 - a source's *watermark* is the largest ``Batch.watermark`` it handed over ("every event
   stamped before this has been handed over"); a source that is *caught up* (it read everything
   it could) is taken to be at ``now - grace`` — events still in flight get ``grace``;
-- a source that polls (``SourceHealth.poll_interval``: registries, boards) is never taken to
-  be at ``now``: a poll sees what happened before it started, so its watermark is the start
-  of its last successful poll and it holds ticks there while the next poll on schedule may
-  still move it — while the watermark is younger than one interval (at most
-  ``MAX_POLL_HOLD``) plus ``lateness`` (``poll_hold``).  So a post listed by the next
-  on-time poll counts in its own tick, not late;
+- where every source polls (``SourceHealth.poll_interval``: registries, boards; the Helm
+  chart's registry Deployment), a poller is never taken to be at ``now``: a poll sees what
+  happened before it started, so its watermark is the start of its last successful poll and
+  it holds ticks there while the next poll on schedule may still move it — while the
+  watermark is younger than one interval (at most ``MAX_POLL_HOLD``) plus ``lateness``
+  (``poll_hold``).  So a post listed by the next on-time poll counts in its own tick, not
+  late.  Beside a source that reads records as they come, pollers hold nothing: that
+  source's alarms do not wait a poll interval, and a polled item whose tick has been
+  evaluated counts in the first open tick, as late;
 - a source holds ticks open only while its watermark keeps moving: one that is up but stuck
   for ``lateness`` of wall-clock time (a poller: older than ``poll_hold``) stops holding them,
   and one that is down holds none (the others must not go unjudged because one is blind —
@@ -157,9 +160,16 @@ class EventClock:
     def closable_end(self, now: float, health: Mapping[str, SourceHealth]) -> float:
         """Up to where ticks may be evaluated at ``now``."""
         holding: list[float] = []
+        # Beside a source that reads records as they come (the kernel, a file system) no
+        # poller holds ticks: that source's alarms would wait up to a poll interval plus
+        # lateness for it (a minute at the defaults, against a second); what the next poll
+        # lists for a tick already evaluated counts in the first open tick (late_events).
+        streaming = any(
+            (h := health.get(name)) is None or h.poll_interval <= 0 for name in self.sources
+        )
         for name, clock in self.sources.items():
             h = health.get(name)
-            if h is not None and h.up and h.poll_interval > 0:
+            if h is not None and h.up and h.poll_interval > 0 and not streaming:
                 # A poller knows what happened before its last successful poll started (its
                 # watermark), never up to now: what came after is listed by the next poll.
                 # Its ticks wait while that poll, on schedule, may still move the watermark.
