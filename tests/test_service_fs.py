@@ -26,7 +26,7 @@ import aiohttp
 import pytest
 import yaml
 
-import alarm.detector.engine
+import alarm.detector.sources
 from alarm.config import config_from_dict
 from alarm.service import Service
 from tests.fakes.server import free_port
@@ -230,7 +230,7 @@ async def test_surface_blind_fires_when_the_tree_cannot_be_seen_and_resolves_whe
 ) -> None:
     # The detector holds a source alert for a minute of clear before resolving; what is tested
     # here is that it resolves once the source sees again, so the hold is made short.
-    monkeypatch.setattr(alarm.detector.engine, "SOURCE_RESOLVE_HOLD", 1.0)
+    monkeypatch.setattr(alarm.detector.sources, "SOURCE_RESOLVE_HOLD", 1.0)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     write(scratch / "old", os.urandom(100))
