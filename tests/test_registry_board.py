@@ -13,19 +13,11 @@ import pytest
 
 from alarm.config import config_from_dict
 from alarm.settings import ConfigError
-from tests.fakes.board import Board
+from tests.fakes.board import SOURCE_FIELDS, Board
 from tests.fakes.server import Served, serve
 from tests.registries.harness import Recorder, collector, poll
 
-BOARD = {
-    "api": "json",
-    "items": "posts",
-    "id": "id",
-    "repository": "channel",
-    "uploader": "author",
-    "time": "created_at",
-    "next": "meta.next",
-}
+
 EDITS = {"revision": "version", "updated": "updated_at"}
 
 
@@ -79,7 +71,7 @@ def size_of(post: dict[str, Any]) -> int:
 
 async def test_edits_and_posts_deleted_before_a_poll_are_written_and_counted(board) -> None:
     _, site, agent = board
-    cfg = {**BOARD, **EDITS, "sequence": "number", "url": f"{site.base}/api/posts"}
+    cfg = {**SOURCE_FIELDS, **EDITS, "sequence": "number", "url": f"{site.base}/api/posts"}
     for i in range(5):
         await agent.post("general", f"hello {i}")
     rec = Recorder()
@@ -122,7 +114,7 @@ async def test_a_created_count_meters_posts_that_a_window_of_the_newest_never_sh
 ) -> None:
     b, site, agent = board
     b.newest = 3  # the board lists its newest three posts only
-    cfg = {**BOARD, "created_total": "meta.created_total", "url": f"{site.base}/api/posts"}
+    cfg = {**SOURCE_FIELDS, "created_total": "meta.created_total", "url": f"{site.base}/api/posts"}
     for i in range(3):
         await agent.post("general", f"old {i}")
     rec = Recorder()
@@ -148,7 +140,7 @@ async def test_turning_edits_on_for_a_known_board_learns_revisions_without_count
     board,
 ) -> None:
     _, site, agent = board
-    plain = {**BOARD, "url": f"{site.base}/api/posts"}
+    plain = {**SOURCE_FIELDS, "url": f"{site.base}/api/posts"}
     for i in range(6):
         await agent.post("general", f"hello {i}")
     rec = Recorder()
@@ -166,7 +158,7 @@ async def test_turning_edits_on_for_a_known_board_learns_revisions_without_count
 
 async def test_hostile_sequences_are_counted_and_bounded(board) -> None:
     b, site, agent = board
-    cfg = {**BOARD, "sequence": "number", "url": f"{site.base}/api/posts", "max_items": 1000}
+    cfg = {**SOURCE_FIELDS, "sequence": "number", "url": f"{site.base}/api/posts", "max_items": 1000}
     await agent.post("general", "first")
     rec = Recorder()
     assert await poll(collector(rec, **cfg), rec)

@@ -21,7 +21,7 @@ import pytest
 from alarm.events import SourceHealth
 from alarm.eventtime import MAX_POLL_HOLD, Cells, EventClock
 from alarm.service import Service
-from tests.fakes.board import Board
+from tests.fakes.board import SOURCE_FIELDS, Board
 from tests.fakes.server import serve
 from tests.servicekit import running_service, wait_for
 
@@ -56,15 +56,9 @@ def config(tmp_path: Path, url: str, **source: Any) -> dict[str, Any]:
             {
                 "name": SOURCE,
                 "type": "registry",
-                "api": "json",
+                **SOURCE_FIELDS,
                 "url": url,
                 "interval": f"{INTERVAL}s",
-                "items": "posts",
-                "id": "id",
-                "repository": "channel",
-                "uploader": "author",
-                "time": "created_at",
-                "next": "meta.next",
                 **source,
             }
         ],

@@ -26,6 +26,17 @@ from typing import Any
 
 from aiohttp import web
 
+# How an ``api: json`` source reads this board's listing (its config's field names).
+SOURCE_FIELDS: dict[str, str] = {
+    "api": "json",
+    "items": "posts",
+    "id": "id",
+    "repository": "channel",
+    "uploader": "author",
+    "time": "created_at",
+    "next": "meta.next",
+}
+
 
 @dataclass
 class Board:

@@ -137,3 +137,16 @@ class Rule:
 
     def nbytes(self) -> int:
         return sum(getattr(self, a).nbytes for a in self.STATE)
+
+
+class CoreRule(Rule):
+    """A core rule (spike, budget): judged inside the native tick, shown on every surface, its
+    pages leading with the rate, folded as news or not like the rules that learn a normal."""
+
+    EVERYWHERE: ClassVar[bool] = True
+    RATE_PAGE: ClassVar[bool] = True
+    FOLDS: ClassVar[frozenset[str]] = frozenset({"precedent", "young"})
+    NATIVE_CORE: ClassVar[bool] = True
+
+    def judge(self, t: TickInput) -> tuple[np.ndarray, np.ndarray] | None:
+        return None  # judged by the native tick (whole_tick.py)

@@ -13,20 +13,13 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from alarm.detector.rules.base import CoreFigures, Rule, TickInput
+from alarm.detector.rules.base import CoreFigures, CoreRule
 
 
-class Budget(Rule):
+class Budget(CoreRule):
     name: ClassVar[str] = "budget"
     # A budget overrun is information already leaving.
     SEVERITY: ClassVar[str] = "critical"
-    EVERYWHERE: ClassVar[bool] = True
-    RATE_PAGE: ClassVar[bool] = True
-    FOLDS: ClassVar[frozenset[str]] = frozenset({"precedent", "young"})
-    NATIVE_CORE: ClassVar[bool] = True
-
-    def judge(self, t: TickInput) -> tuple[Any, Any] | None:
-        return None  # judged by the native tick
 
     def describe_alert(
         self, row: int, core: CoreFigures, figures: dict[str, Any], seasonal_binds: bool

@@ -13,20 +13,13 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-from alarm.detector.rules.base import CoreFigures, Rule, TickInput
+from alarm.detector.rules.base import CoreFigures, CoreRule
 
 
-class Spike(Rule):
+class Spike(CoreRule):
     name: ClassVar[str] = "spike"
     # A spike may still be a busy build: a warning, where a budget overrun is critical.
     SEVERITY: ClassVar[str] = "warning"
-    EVERYWHERE: ClassVar[bool] = True
-    RATE_PAGE: ClassVar[bool] = True
-    FOLDS: ClassVar[frozenset[str]] = frozenset({"precedent", "young"})
-    NATIVE_CORE: ClassVar[bool] = True
-
-    def judge(self, t: TickInput) -> tuple[Any, Any] | None:
-        return None  # judged by the native tick
 
     def describe_alert(
         self, row: int, core: CoreFigures, figures: dict[str, Any], seasonal_binds: bool
