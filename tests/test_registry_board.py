@@ -17,7 +17,6 @@ from tests.fakes.board import SOURCE_FIELDS, Board
 from tests.fakes.server import Served, serve
 from tests.registries.harness import Recorder, collector, poll
 
-
 EDITS = {"revision": "version", "updated": "updated_at"}
 
 
@@ -158,7 +157,12 @@ async def test_turning_edits_on_for_a_known_board_learns_revisions_without_count
 
 async def test_hostile_sequences_are_counted_and_bounded(board) -> None:
     b, site, agent = board
-    cfg = {**SOURCE_FIELDS, "sequence": "number", "url": f"{site.base}/api/posts", "max_items": 1000}
+    cfg = {
+        **SOURCE_FIELDS,
+        "sequence": "number",
+        "url": f"{site.base}/api/posts",
+        "max_items": 1000,
+    }
     await agent.post("general", "first")
     rec = Recorder()
     assert await poll(collector(rec, **cfg), rec)
@@ -183,6 +187,12 @@ async def test_hostile_sequences_are_counted_and_bounded(board) -> None:
     ],
 )
 def test_board_settings_that_cannot_work_are_refused_naming_them(extra, message) -> None:
-    source = {"name": "b", "type": "registry", "url": "http://board/api/posts", **BOARD, **extra}
+    source = {
+        "name": "b",
+        "type": "registry",
+        "url": "http://board/api/posts",
+        **SOURCE_FIELDS,
+        **extra,
+    }
     with pytest.raises(ConfigError, match=message):
         config_from_dict({"sources": [source]})
