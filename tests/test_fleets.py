@@ -720,3 +720,37 @@ def test_heldout_picks_fleets_and_days():
         heldout.parse_fleets("nope")
     assert builders.DEFAULT_FLEETS == ("main", "sandbox") and "long" in builders.FLEETS
     assert builders.DEFAULT_DAYS["long"] == longfleet.LONG_DAYS
+
+
+def test_the_bench_reads_each_rules_resolve_window_as_the_service_holds_it():
+    """A spike page resolves after the surface's ``spike.resolve_hold``, a budget's after its
+    budget's: the bench's incidents must use those windows, not a registered rule's class
+    default (spike and budget are in the registry since 7ec2aeb; the default, an hour, had
+    taken their place and merged pages the service sends as separate incidents)."""
+    from alarm.config import config_from_dict
+    from alarm.detector.rules import RULES
+
+    config = config_from_dict(
+        {
+            "surfaces": [
+                {
+                    "name": "s",
+                    "kind": "fs",
+                    "match": {"path": ["/x"]},
+                    "spike": {"resolve_hold": "45s"},
+                    "budget": {
+                        "allowance_bits_per_second": 1000,
+                        "tolerance_bits": 1e6,
+                        "resolve_hold": "2m",
+                    },
+                }
+            ]
+        }
+    )
+    window = heldout.resolve_window(config, set())
+    budget = config.surfaces[0].effective_budget()
+    assert window("s", "spike") == 45.0
+    assert window("s", "budget") == 120.0
+    assert window("s", "beacon") == budget.beacon.resolve_hold
+    assert window("s", "duty") == budget.duty.resolve_hold
+    assert window("s", "drift") == RULES["drift"].RESOLVE_HOLD

@@ -149,7 +149,10 @@ def resolve_window(config: Any, assumed: set[str]) -> Callable[[str, str], float
             "beacon": b.beacon.resolve_hold,
             "duty": b.duty.resolve_hold,
         }
-        holds |= {name: registered.RESOLVE_HOLD for name, registered in RULES.items()}
+        # The other registered rules: their class's hold (the ones above hold as configured;
+        # the registry holds spike and budget too since 7ec2aeb, and its class default was
+        # taking their configured windows' place, and beacon's and duty's before that).
+        holds |= {n: r.RESOLVE_HOLD for n, r in RULES.items() if n not in holds}
         if rule not in holds:
             assumed.add(rule)
         return float(holds.get(rule, spike.resolve_hold))
