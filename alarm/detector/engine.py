@@ -373,28 +373,13 @@ class Detector:
         contributors: Evidence,
         capacity: np.ndarray | None = None,
     ) -> list[AlertChange]:
-        """The core rules (spike, budget, the aggregates' members statistic) on one tick,
-        natively (whole_tick.py)."""
+        """The core rules (spike, budget, the aggregates' members statistic) on one tick, on
+        the native whole tick (whole_tick.py).  An ordinary tick (every alert at rest, no new
+        day for the tails) is one native call; any other runs the passes one by one from
+        here (``_evaluate_phases``)."""
         if self._whole is None:  # no rows
             return []
-        return self._evaluate_whole(now, tick, nbytes, events, contributors, capacity)
-
-    def _evaluate_whole(
-        self,
-        now: float,
-        tick: float,
-        nbytes: np.ndarray,
-        events: np.ndarray,
-        contributors: Evidence,
-        capacity: np.ndarray | None,
-    ) -> list[AlertChange]:
-        """``evaluate_arrays`` on the native whole tick (whole_tick.py): the same passes in
-        the same order, the alert changes built here as there.  An ordinary tick (every
-        alert at rest, no new day for the tails) is one native call; any other runs the
-        passes one by one from here."""
-        whole = self._whole
-        assert whole is not None
-        native = whole.native
+        native = self._whole.native
         nbytes, events = _float64(nbytes), _float64(events)
         capacity = None if capacity is None else _float64(capacity)
         spike_tail, swarm_tail = self.spike.tail, self.swarm.tail
@@ -433,7 +418,7 @@ class Detector:
         contributors: Evidence,
         capacity: np.ndarray | None,
     ) -> list[AlertChange]:
-        """A tick that is not ordinary (``_evaluate_whole``), pass by pass."""
+        """A tick that is not ordinary (``_evaluate_core``), pass by pass."""
         whole = self._whole
         assert whole is not None
         native = whole.native
@@ -466,7 +451,7 @@ class Detector:
             self._whole_day = days
             if self._agg_count:
                 self.swarm.tail.roll(now)
-            self.spike.tail.roll(start + tick)  # the time SpikeModel.learn gives its tails
+            self.spike.tail.roll(start + tick)  # the tick's end: the spike tails' clock
         self._refit_tails(*native.finish(tick, self.spike.tail.block, self.swarm.tail.block))
         return changes
 
@@ -654,7 +639,7 @@ class Detector:
         if aggregate:
             figures["members"] = len(self.aggregates[self.keys[row]])
         value, threshold, what = self.surface_rules[rule].describe_alert(
-            row, self, figures, seasonal_binds
+            row, self, f, figures, seasonal_binds
         )
         state = state_name(new)
         if prev == new == AlertState.FIRING:

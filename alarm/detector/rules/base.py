@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from alarm.detector.rules.ledger import Ledger
+from alarm.detector.views import SurfaceFigures
 
 
 @dataclass(slots=True, frozen=True)
@@ -62,8 +63,6 @@ class CoreFigures(Protocol):
     """What the core rules' words read of the detector (engine.Detector) for one row."""
 
     members: int
-
-    def figures_of(self, row: int) -> Any: ...
 
     def spike_figures_of(self, row: int) -> dict[str, Any]: ...
 
@@ -127,10 +126,16 @@ class Rule:
         raise NotImplementedError
 
     def describe_alert(
-        self, row: int, core: CoreFigures, figures: dict[str, Any], seasonal_binds: bool
+        self,
+        row: int,
+        core: CoreFigures,
+        f: SurfaceFigures,
+        figures: dict[str, Any],
+        seasonal_binds: bool,
     ) -> tuple[float, float, str]:
-        """(value, threshold, what the surface did) for an alert on ``row``, the rule's own
-        figures added to ``figures`` (the detector's common ones: engine.Detector._change)."""
+        """(value, threshold, what the surface did) for an alert on ``row``, whose last tick
+        is ``f``, the rule's own figures added to ``figures`` (the detector's common ones:
+        engine.Detector._change)."""
         value, threshold, what, extra = self.describe(row)
         figures |= extra
         return value, threshold, what

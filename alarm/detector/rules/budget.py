@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from alarm.detector.rules.base import CoreFigures, CoreRule
+from alarm.detector.views import SurfaceFigures
 
 
 class Budget(CoreRule):
@@ -22,7 +23,12 @@ class Budget(CoreRule):
     SEVERITY: ClassVar[str] = "critical"
 
     def describe_alert(
-        self, row: int, core: CoreFigures, figures: dict[str, Any], seasonal_binds: bool
+        self,
+        row: int,
+        core: CoreFigures,
+        f: SurfaceFigures,
+        figures: dict[str, Any],
+        seasonal_binds: bool,
     ) -> tuple[float, float, str]:
         if seasonal_binds:
             seasonal = figures["budget_seasonal"]

@@ -14,6 +14,7 @@ import math
 from typing import Any, ClassVar
 
 from alarm.detector.rules.base import CoreFigures, CoreRule
+from alarm.detector.views import SurfaceFigures
 
 
 class Spike(CoreRule):
@@ -22,9 +23,13 @@ class Spike(CoreRule):
     SEVERITY: ClassVar[str] = "warning"
 
     def describe_alert(
-        self, row: int, core: CoreFigures, figures: dict[str, Any], seasonal_binds: bool
+        self,
+        row: int,
+        core: CoreFigures,
+        f: SurfaceFigures,
+        figures: dict[str, Any],
+        seasonal_binds: bool,
     ) -> tuple[float, float, str]:
-        f = core.figures_of(row)
         figures |= core.spike_figures_of(row)
         rate, baseline = f.rate, f.baseline
         threshold = core.spike_threshold_of(row)
