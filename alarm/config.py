@@ -51,7 +51,7 @@ __all__ = ["UNCLASSIFIED", "ConfigError", "parse_duration"]
 class SpikeRule(Strict):
     """The spike rule: a tick's writes, and the rate over five and thirty minutes, against the
     surface's own seasonal levels, each with a threshold calibrated from the surface's history
-    for ``false_alarms_per_week`` (alarm/detector/spike.py, docs/detector.md)."""
+    for ``false_alarms_per_week`` (alarm/detector/rules/spike.py, docs/detector.md)."""
 
     enabled: bool = True
     # The false pages a week this rule may cost on ordinary traffic, on this surface.
@@ -117,7 +117,7 @@ class BudgetHorizon(Strict):
 class RelativeBudget(Strict):
     """Seasonal (relative) budget: a CUSUM on each tick's log-capacity score above ``ratio`` x
     the score's mean at that hour of the day; fires after about ``tolerance`` typical writes'
-    worth above it (alarm/detector/relative.py, docs/detector.md).  Off by default: its
+    worth above it (alarm/detector/rules/budget.py, docs/detector.md).  Off by default: its
     tolerance is not calibrated for a false-alarm rate, and the derived budgets and the spike
     rule's half-hour statistic see what it was for."""
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from alarm.config import SpikeRule, config_from_dict
 from alarm.detector.engine import Detector
-from alarm.detector.spike import SpikeJudgement
+from alarm.detector.rules.spike import SpikeJudgement
 
 
 def _no_evidence(row: int) -> list:

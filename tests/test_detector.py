@@ -2,8 +2,8 @@ import numpy as np
 
 from alarm.config import config_from_dict
 from alarm.detector.alerts import AlertMachine, AlertState
-from alarm.detector.budget import capacity_bits
 from alarm.detector.engine import Detector
+from alarm.detector.rules.budget import capacity_bits
 from alarm.surfaces import HeavyHitters
 
 
@@ -117,7 +117,7 @@ def test_a_rows_derived_budget_does_not_depend_on_the_phase_of_the_other_rows():
     # Rows declared together share their windows' phase; one row restored from an older
     # state has its own.  The rows in common must see the same budgets either way, through
     # learning, the end of learning, and a budget found misconfigured.
-    from alarm.detector.budget import LEARNING_SECONDS
+    from alarm.detector.rules.budget import LEARNING_SECONDS
 
     rule = {
         "allowance_bits_per_second": 2000.0,

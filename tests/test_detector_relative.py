@@ -7,7 +7,7 @@ import numpy as np
 
 from alarm.config import BudgetRule, RelativeBudget, config_from_dict
 from alarm.detector.engine import Detector
-from alarm.detector.relative import SLOT, RelativeBank, score
+from alarm.detector.rules.budget import SLOT, RelativeBank, score
 
 TICK = 60.0
 DAY = 86400

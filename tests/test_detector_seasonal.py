@@ -1,4 +1,4 @@
-"""The spike rule's seasonal level (alarm/detector/seasonal.py holds its state; its one
+"""The spike rule's seasonal level (alarm/detector/rules/spike.py holds its state; its one
 definition is the native tick), driven through a real Detector: what it learns of the
 half-hour rate it is given, and the threshold (bytes/s) it shows for it."""
 

@@ -2,7 +2,7 @@
 holds the source rules (sources.py).
 
 Surface state lives in numpy arrays, one row per surface (rows.py): the spike rule's levels
-and tails (spike.py, seasonal.py, tail.py), the capacity budgets on every horizon (budget.py),
+and tails (rules/spike.py, tail.py), the capacity budgets on every horizon (rules/budget.py),
 the ledger of weeks (rules/ledger.py) and an alert bank per rule (alerts.AlertBank).  A tick
 is the native tick (whole_tick.py: the core rules' one definition), then the registered rules
 (rules/), then the fold of pages that are not news (rules/precedent.py); Python runs per
@@ -22,15 +22,27 @@ import numpy as np
 from alarm.config import BudgetRule, Config
 from alarm.detector import fused, persist
 from alarm.detector.alerts import AlertBank, AlertChange, AlertState, fingerprint, state_name
-from alarm.detector.budget import ENVELOPE_MARGIN, MISCONFIGURED_SECONDS, BudgetBank
-from alarm.detector.relative import RelativeBank
 from alarm.detector.rows import AGGREGATE, as_slice, plan_rows
 from alarm.detector.rules import RULES, Rule, RuleRows, TickInput
+from alarm.detector.rules.budget import (
+    ENVELOPE_MARGIN,
+    MISCONFIGURED_SECONDS,
+    BudgetBank,
+    RelativeBank,
+)
 from alarm.detector.rules.ledger import Ledger
 from alarm.detector.rules.precedent import LATE, Incidents, Precedent
-from alarm.detector.seasonal import DAY, DAY_SLOTS_PER_HOUR, Prediction, SeasonalBaseline
+from alarm.detector.rules.spike import (
+    DAY,
+    DAY_SLOTS_PER_HOUR,
+    STATISTICS,
+    Prediction,
+    SeasonalBaseline,
+    SizeLevel,
+    SpikeJudgement,
+    SpikeModel,
+)
 from alarm.detector.sources import REMOVED, SourceRules
-from alarm.detector.spike import STATISTICS, SizeLevel, SpikeJudgement, SpikeModel
 from alarm.detector.swarm import MemberShift
 from alarm.detector.tail import TailBank
 from alarm.detector.views import SurfaceFigures, SurfaceMap

@@ -6,7 +6,7 @@ its few biggest members and moves with whatever the whole fleet does together (m
 busy this hour, a campaign): a swarm that adds 60 % to each of thirty members' writes raises
 it by less than those fleet-wide swings, and a sum of bytes weighs a small member's doubling
 at nothing.  Each member's own history, however, says how large its writes usually are at
-this hour (the spike rule's ``size`` level, spike.py), and fleet-wide activity changes how
+this hour (the spike rule's ``size`` level, rules/spike.py), and fleet-wide activity changes how
 *often* members write far more than how *much* each write carries.  So per member and written
 tick, its size residual in its own spreads, ``u = (log bytes - size level) / spread``, clipped
 to ±HUBER so that no single member (a cache's warm-up, one member's own spike) can stand for

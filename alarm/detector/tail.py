@@ -26,7 +26,7 @@ Per row, for one statistic ``r`` (a residual: the statistic minus its seasonal l
 - *Anomalies.*  An incident that crossed the threshold is kept at most ``teach_max`` above it
   (log space: ``max_learn_up`` times the threshold), not at its peak, and not discarded as
   SPOT discards anomalies: one attack raises the bar for the next by at most that factor, the
-  bound every learned level of the spike rule keeps (seasonal.py), while a legitimate event
+  bound every learned level of the spike rule keeps (rules/spike.py), while a legitimate event
   that recurs (a cache's warm-ups, a weekly job's bursts) is learned after one or two pages
   instead of paging until a pile of peaks at the threshold has pushed it up.
 

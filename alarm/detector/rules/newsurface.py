@@ -1,6 +1,6 @@
 """New-surface rule: a conservative budget for a surface's first days, when none is declared.
 
-A declared surface without a budget gets one derived from what it carries (budget.py); during
+A declared surface without a budget gets one derived from what it carries (rules/budget.py); during
 its first day that budget follows the traffic, so a board declared without a budget took
 70,000 small posts (9.5 MB) in its first hour and nothing paged, where the same traffic paged
 in 10 s against a declared budget: the swarm of this project's origin story.  So from its
