@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from alarm.state import BUSY_TIMEOUT
+from alarm.state import BUSY_TIMEOUT, WAL_LIMIT
 
 T = TypeVar("T")
 
@@ -146,6 +146,9 @@ class Outbox:
         )
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
+        # When this connection starts the WAL afresh it cuts the file back, as the state
+        # store's does (alarm/state.py, "The WAL").
+        self.db.execute(f"PRAGMA journal_size_limit={int(WAL_LIMIT)}")
         self._lock = threading.RLock()
         self._write_lock = write_lock if write_lock is not None else threading.Lock()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="capalarm-outbox")

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -158,6 +159,7 @@ def slot_major(rows: int, seed: int = 0) -> np.ndarray:
 
 def wal_after_checkpoint(store: StateStore) -> Path:
     """The WAL file, emptied: what the next transaction writes is its size afterwards."""
+    assert store.wait_checkpoint(30)
     store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     wal = Path(f"{store.path}-wal")
     assert wal.stat().st_size == 0
@@ -380,6 +382,133 @@ def test_a_kill_in_the_middle_of_a_save_leaves_the_previous_complete_state(tmp_p
     day[3] = 3
     store.save({"v": 3}, groups={"slow": ({"h": 3}, {"day": day})})
     same(StateStore(tmp_path).load_groups(), {"slow": ({"h": 3}, {"day": day})})
+
+
+def test_after_a_large_save_then_a_small_one_the_wal_file_is_at_most_wal_limit(
+    tmp_path, monkeypatch
+):
+    """The WAL file kept the size of the largest transaction ever written (780 MB after the
+    first save at 100,000 surfaces), beside a database of the same size.  Bound: WAL_LIMIT
+    once the checkpoint after a save has run, whichever way it gets there."""
+    limit = 1 << 20
+    monkeypatch.setattr(alarm.state, "WAL_LIMIT", limit)
+    day = slot_major(20_000)  # 7.7 MB, all of it written by the first save
+    wal = tmp_path / "capalarm.db-wal"
+    store = StateStore(tmp_path)
+    store.save({"v": 1}, groups={"slow": ({"h": 1}, {"day": day})})
+    assert store.wait_checkpoint(30)
+    # Copied into the database and the file truncated, on the checkpoint thread.
+    assert wal.stat().st_size <= limit, wal.stat().st_size
+    assert (tmp_path / "capalarm.db").stat().st_size > day.nbytes
+    day[5] += 1.0
+    store.save({"v": 2}, groups={"slow": ({"h": 2}, {"day": day})})
+    assert store.wait_checkpoint(30)
+    assert 0 < wal.stat().st_size <= limit, wal.stat().st_size
+    assert store.checkpoints >= 2 and store.checkpoint_failures == 0
+
+    # Without the checkpoint thread's truncation (it found the write lock taken, say), a WAL
+    # started afresh by the next save is cut back by SQLite (journal_size_limit).
+    def passive_only(db):
+        db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    monkeypatch.setattr(store, "_checkpoint", passive_only)
+    day[:] += 1.0
+    store.save({"v": 3}, groups={"slow": ({"h": 3}, {"day": day})})
+    assert store.wait_checkpoint(30)
+    assert wal.stat().st_size > day.nbytes  # the large one, copied but not cut
+    day[6] += 1.0
+    store.save({"v": 4}, groups={"slow": ({"h": 4}, {"day": day})})
+    assert store.wait_checkpoint(30)
+    assert 0 < wal.stat().st_size <= limit, wal.stat().st_size
+    store.close()
+    again = StateStore(tmp_path)
+    assert again.load() == {"v": 4}
+    same(again.load_groups(), {"slow": ({"h": 4}, {"day": day})})
+    again.close()
+
+
+def test_a_save_does_not_wait_for_the_checkpoint(tmp_path, monkeypatch):
+    """The pipeline thread saves; the checkpoint (~0.1 s of a 0.3 s save at 100,000
+    surfaces when SQLite ran it at commit) is another thread's."""
+    import threading
+
+    release = threading.Event()
+    store = StateStore(tmp_path)
+    assert store.db.execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)
+    original = store._checkpoint
+
+    def held(db):
+        release.wait(30)
+        original(db)
+
+    monkeypatch.setattr(store, "_checkpoint", held)
+    day = slot_major(5000)
+    for v in range(3):
+        day[v] += 1.0
+        store.save({"v": v}, groups={"slow": ({"h": v}, {"day": day})})
+    assert not store.wait_checkpoint(0.05)  # saved three times, the first checkpoint held
+    release.set()
+    assert store.wait_checkpoint(30)
+    store.close()
+    same(StateStore(tmp_path).load_groups(), {"slow": ({"h": 2}, {"day": day})})
+
+
+def saves_in_turn(v: int) -> np.ndarray:
+    """The array of save ``v`` of the child below: odd saves change all of it (a large
+    transaction, a WAL past the limit, a truncating checkpoint), even ones one row."""
+    day = np.zeros((96, 10_000), dtype=np.float32)
+    for i in range(1, v + 1):
+        if i % 2:
+            day[:] = i
+        else:
+            day[i % 96] = i + 0.5
+    return day
+
+
+@pytest.mark.parametrize("after", [0.0, 0.04, 0.09, 0.15, 0.22, 0.3, 0.45, 0.6])
+def test_a_kill_at_any_point_of_saves_and_checkpoints_leaves_the_last_or_next_state(
+    tmp_path, after
+):
+    """kill -9 while saves of 4 MB and of one row follow each other and their checkpoints run
+    beside them (copying the WAL into the database, truncating it): the state loaded is the
+    last save that returned or the one in flight, whole, and saving goes on from it."""
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path[:0] = [{str(Path(__file__).parents[1])!r}, {str(Path(__file__).parent)!r}]
+        import alarm.state
+        alarm.state.WAL_LIMIT = 256 << 10
+        from alarm.state import StateStore
+        from test_state_store import saves_in_turn
+        store = StateStore({str(tmp_path)!r})
+        v = 0
+        while True:
+            v += 1
+            store.save({{"v": v}}, groups={{"slow": ({{"v": v}}, {{"day": saves_in_turn(v)}})}})
+            print(v, flush=True)
+        """
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "1", "the child's first save"
+        time.sleep(after)
+        child.send_signal(signal.SIGKILL)
+        lines = child.stdout.read().split()
+    finally:
+        child.kill()
+        child.wait(30)
+    assert child.returncode == -signal.SIGKILL
+    returned = int(lines[-1]) if lines else 1
+    store = StateStore(tmp_path)
+    v = store.load()["v"]
+    assert v in (returned, returned + 1), (v, returned)
+    same(store.load_groups(), {"slow": ({"v": v}, {"day": saves_in_turn(v)})})
+    store.save({"v": v + 1}, groups={"slow": ({"v": v + 1}, {"day": saves_in_turn(v + 1)})})
+    store.close()
+    again = StateStore(tmp_path)
+    same(again.load_groups(), {"slow": ({"v": v + 1}, {"day": saves_in_turn(v + 1)})})
+    again.close()
 
 
 # One step of the round trip: an array set (some rows changed), reshaped, retyped, dropped, or
