@@ -32,7 +32,7 @@ from alarm.detector.alerts import AlertChange
 from alarm.events import Batch, SourceHealth
 from alarm.history import HistoryRequest
 from alarm.pipeline import Pipeline
-from alarm.snapshot import Snapshot, SnapshotRequest
+from alarm.snapshot import Snapshot, SnapshotRequest, StateSaveView
 from alarm.state import StateStore, storage_cause
 from alarm.statesave import ALARM_FINGERPRINT as STATE_ALARM
 from alarm.statesave import SavePlan
@@ -276,7 +276,8 @@ class Service:
         )
         p.ledger = {}
         self._dropped_ledgers = []
-        self._saves.saved(now, time.monotonic(), slow)
+        stats = self.store.last_save
+        self._saves.saved(now, time.monotonic(), slow, stats.total_bytes, stats.chunks_written)
 
     def _snapshot(
         self,
@@ -284,7 +285,20 @@ class Service:
         health: dict[str, SourceHealth],
         request: SnapshotRequest | HistoryRequest | None,
     ) -> Snapshot:
-        return self.pipeline.snapshot(now, self.config.http.top_contributors, health, {}, request)
+        snap = self.pipeline.snapshot(now, self.config.http.top_contributors, health, {}, request)
+        plan = self._saves
+        snap.state_save = StateSaveView(
+            saves=plan.saves,
+            failures=plan.failed_total,
+            last_seconds=plan.last_seconds,
+            last_at=plan.last_at,
+            last_bytes=plan.last_bytes,
+            last_chunks=plan.last_chunks,
+            bytes_total=plan.bytes_total,
+            chunks_total=plan.chunks_total,
+            wal_bytes=self.store.wal_bytes(),
+        )
+        return snap
 
     async def snapshot(self, request: SnapshotRequest | HistoryRequest | None = None) -> Snapshot:
         """``request``: what to copy beyond the columns (a page's rows, the last hour of some

@@ -121,6 +121,22 @@ class CanaryView:
 
 
 @dataclass(slots=True)
+class StateSaveView:
+    """The service's checkpoints (alarm/statesave.py): counts since start, the last one's
+    figures, the WAL file's size now."""
+
+    saves: int
+    failures: int
+    last_seconds: float  # wall time of the last checkpoint
+    last_at: float  # unix s it ended (0: none yet)
+    last_bytes: int  # bytes it wrote: changed array chunks, JSON texts, ledger rows
+    last_chunks: int  # array chunks it wrote
+    bytes_total: int
+    chunks_total: int
+    wal_bytes: int
+
+
+@dataclass(slots=True)
 class Snapshot:
     taken_at: float
     tick: float
@@ -138,6 +154,8 @@ class Snapshot:
     # Only when asked for (the status page, ?history=1): never for a scrape of /metrics.
     history: HistoryWindow | None = None
     egress_canary: CanaryView | None = None
+    # The service's state saves (None: a pipeline without a state store: tests, backtest).
+    state_save: StateSaveView | None = None
     # The page a SnapshotRequest asked for: its rows of ``surfaces`` and whether more follow
     # (None: none asked for); ``page_error``: why the page could not be found (a cursor that
     # names no surface), "" otherwise.

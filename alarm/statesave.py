@@ -27,6 +27,7 @@ works, in this process or, after a kill, in the next one.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from alarm.detector.alerts import AlertChange, fingerprint
@@ -63,6 +64,15 @@ class SavePlan:
         self.cause = ""  # alarm/state.py storage_cause of the first failure
         self.alarm_open = False
         self.checked_open = False  # whether a killed process's alarm was looked for
+        # What the checkpoints wrote (the capalarm_state_* metrics): the last one's figures
+        # (StateStore.last_save) and totals since start.
+        self.saves = 0
+        self.last_seconds = 0.0
+        self.last_at = 0.0  # wall clock
+        self.last_bytes = 0
+        self.last_chunks = 0
+        self.bytes_total = 0
+        self.chunks_total = 0
 
     def due(self, now: float) -> bool:
         """Whether a checkpoint is due (``now``: monotonic)."""
@@ -73,8 +83,18 @@ class SavePlan:
     def slow_due(self, now: float) -> bool:
         return self.slow.due(now, self.tick)
 
-    def saved(self, started: float, ended: float, slow: bool) -> None:
-        """A checkpoint (with the profiles when ``slow``) took ``started``..``ended``."""
+    def saved(
+        self, started: float, ended: float, slow: bool, written: int = 0, chunks: int = 0
+    ) -> None:
+        """A checkpoint (with the profiles when ``slow``) took ``started``..``ended`` and
+        wrote ``written`` bytes, ``chunks`` of them array chunks (StateStore.last_save)."""
+        self.saves += 1
+        self.last_seconds = ended - started
+        self.last_at = time.time()
+        self.last_bytes = written
+        self.last_chunks = chunks
+        self.bytes_total += written
+        self.chunks_total += chunks
         if slow:
             self.slow = _Cadence(ended, ended - started)
         # The profiles are the larger part of a slow checkpoint: the next plain checkpoint's

@@ -525,6 +525,67 @@ def service_families(snap: Snapshot) -> Iterable[Metric]:
     )
 
 
+def state_save_families(snap: Snapshot) -> Iterable[Metric]:
+    """The service's checkpoints of its state (alarm/statesave.py): what each wrote and cost,
+    and the WAL file they leave (alarm/state.py, "The WAL")."""
+    st = snap.state_save
+    if st is None:
+        return
+    for name, doc, fam, value in (
+        ("saves", "State checkpoints saved.", CounterMetricFamily, st.saves),
+        (
+            "save_failures",
+            "State checkpoints that failed (disk full, locked, read-only); each is retried.",
+            CounterMetricFamily,
+            st.failures,
+        ),
+        (
+            "save_duration_seconds",
+            "Wall time the last state checkpoint took on the pipeline thread.",
+            GaugeMetricFamily,
+            st.last_seconds,
+        ),
+        (
+            "last_save_timestamp_seconds",
+            "When the last state checkpoint was saved (0: none since start).",
+            GaugeMetricFamily,
+            st.last_at,
+        ),
+        (
+            "save_written_bytes",
+            "Bytes the last state checkpoint wrote: the detector array chunks that changed, "
+            "its JSON and ledger rows.",
+            GaugeMetricFamily,
+            st.last_bytes,
+        ),
+        (
+            "save_written_chunks",
+            "Detector array chunks (16 kB) the last state checkpoint wrote.",
+            GaugeMetricFamily,
+            st.last_chunks,
+        ),
+        (
+            "written_bytes",
+            "Bytes the state checkpoints wrote since start.",
+            CounterMetricFamily,
+            st.bytes_total,
+        ),
+        (
+            "written_chunks",
+            "Detector array chunks the state checkpoints wrote since start.",
+            CounterMetricFamily,
+            st.chunks_total,
+        ),
+        (
+            "wal_bytes",
+            "Size of the state database's write-ahead log file.",
+            GaugeMetricFamily,
+            st.wal_bytes,
+        ),
+    ):
+        yield fam(f"capalarm_state_{name}", doc, value=value)
+
+
 class _Collector:
     """What CollectorRegistry wants: something with collect()."""
 
@@ -542,6 +603,7 @@ def all_families(
     family, ``http.metrics: full``)."""
     return [
         *service_families(snap),
+        *state_save_families(snap),
         *surface_families(snap, full),
         *spike_families(snap, full),
         *members_families(snap),

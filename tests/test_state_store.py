@@ -110,6 +110,40 @@ def test_the_service_saves_profiles_on_a_cadence_and_restores_every_array(tmp_pa
     assert isinstance(restored, Detector)
 
 
+def test_the_service_exports_what_each_save_wrote_and_cost(tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from exporters.prometheus import render
+
+    service = Service(config(tmp_path), collectors=[])
+    det = service.pipeline.detector
+    n = det.members
+    t0 = 1_780_000_000.0
+    wrote = []
+    for i in range(3):
+        det.evaluate_arrays(t0 + 10 * i, 10.0, np.full(n, 100.0 * (i + 1)), np.ones(n), never)
+        service._save_state(final=False)
+        wrote.append((service.store.last_save.total_bytes, service.store.last_save.chunks_written))
+    assert wrote[0][0] > wrote[0][1] > 0  # the first save writes every array
+    body, _ = render(service._snapshot(time.time(), {}, None), [], None)
+    got = {
+        s.name: s.value
+        for fam in text_string_to_metric_families(body.decode())
+        for s in fam.samples
+        if s.name.startswith("capalarm_state_")
+    }
+    assert got["capalarm_state_saves_total"] == 3
+    assert got["capalarm_state_save_failures_total"] == 0
+    assert got["capalarm_state_save_written_bytes"] == wrote[-1][0]
+    assert got["capalarm_state_save_written_chunks"] == wrote[-1][1]
+    assert got["capalarm_state_written_bytes_total"] == sum(b for b, _ in wrote)
+    assert got["capalarm_state_written_chunks_total"] == sum(c for _, c in wrote)
+    assert 0 < got["capalarm_state_save_duration_seconds"] < 60
+    assert abs(got["capalarm_state_last_save_timestamp_seconds"] - time.time()) < 60
+    assert got["capalarm_state_wal_bytes"] == service.store.wal_bytes()
+    service.store.close()
+
+
 def test_a_source_alert_firing_at_a_restart_still_resolves():
     import json
 
