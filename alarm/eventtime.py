@@ -253,6 +253,13 @@ class EventClock:
     ) -> None:
         """Count cells (tick index, table row, bytes, events, capacity bytes) in their open
         ticks; ``table_rows``: the table's size (0: unknown, every tick gets a chunk)."""
+        if table_rows > 0 and len(idx):
+            first = int(idx.min())
+            span = int(idx.max()) - first + 1
+            # (A row past the table goes the sorted way, which refuses it.)
+            if span * table_rows <= DENSE_CELLS and int(rows.max()) < table_rows:
+                self._add_dense(idx, rows, (b, e, c), first, span, table_rows)
+                return
         order = np.lexsort((rows, idx))
         idx, rows = idx[order], rows[order]
         columns = np.stack([b[order], e[order], c[order]])
@@ -282,6 +289,44 @@ class EventClock:
             if cells is None:
                 cells = open_[t] = Cells()
             cells.add(rows[s:end], columns[:, s:end])
+
+    def _add_dense(
+        self,
+        idx: np.ndarray,
+        rows: np.ndarray,
+        values: tuple[np.ndarray, np.ndarray, np.ndarray],
+        first: int,
+        span: int,
+        table_rows: int,
+    ) -> None:
+        """``add`` of a batch whose ticks ``first .. first + span - 1`` times the table's rows
+        fit DENSE_CELLS: summed per (tick, row) by bincount, with no sort (a sort of the
+        batch's cells was most of a replayed batch's cost).  The same sums as the sorted
+        path: bincount adds each cell's writes in the batch's order, as the sorted path's
+        stable sort keeps them, and a tick already holding cells gets its rows that wrote,
+        in row order, as a chunk."""
+        key = (idx - first) * table_rows + rows
+        cells_n = span * table_rows
+        held = np.bincount(key, minlength=cells_n).reshape(span, table_rows)
+        dense = np.empty((span, 3, table_rows))
+        for i, column in enumerate(values):
+            dense[:, i, :] = np.bincount(key, weights=column, minlength=cells_n).reshape(
+                span, table_rows
+            )
+        wrote = held > 0
+        sizes = np.count_nonzero(wrote, axis=1)
+        ticks = np.flatnonzero(sizes)
+        open_ = self.open
+        for k, size in zip(ticks.tolist(), sizes[ticks].tolist(), strict=True):
+            cells = open_.get(first + k)
+            if cells is None:
+                open_[first + k] = Cells(dense=dense[k], size=size)
+            elif cells.rows or cells.dense is not None:
+                which = np.flatnonzero(wrote[k])
+                cells.add(which, dense[k][:, which])
+            else:  # staged for its contributors only
+                cells.dense = dense[k]
+                cells.size = size
 
     def staged(self, index: int) -> Cells:
         """The open tick ``index`` (created if nothing is counted in it yet)."""
