@@ -65,8 +65,10 @@ class SpikeRule(Strict):
     # the log-rate (and at least min_ratio, at most max_ratio x the level).
     z: float = Field(6.0, gt=0)
     min_ratio: float = Field(6.0, ge=1)
-    # Never a spike below this rate (on the tick or over the averages).
-    floor_bytes_per_second: float = Field(1024.0, ge=0)
+    # Never a spike below this rate (on the tick or over the averages); the log-rate unit of
+    # the averaged statistics is a sixteenth of it.  128 B/s was chosen on the long fleet's
+    # choice seeds (docs/detector.md, "The rule").
+    floor_bytes_per_second: float = Field(128.0, ge=0)
     history: Duration = 3600.0
     # History before the rule judges: a tail is not known from minutes of data.
     min_history: Duration = 86400.0

@@ -593,7 +593,11 @@ static PyObject *do_rules(TickObject *t, double now, double tick) {
             over[c] = o;
             worst = max_d(worst, o);
         }
-        const double fast = max_d(rate[i], max_d(rates[i], rates[n + i]));
+        /* The floor is on what the surface writes now: the tick or the five-minute average.
+         * The thirty-minute average of a big run stays above a low floor for hours after the
+         * run has ended (274 kB/s is above 128 B/s for 3.8 h), and a quiet hour after it
+         * would page on a run that is over. */
+        const double fast = max_d(rate[i], rates[i]);
         breach[i] = ((worst > 0) & (fast >= s_floor[i])) | (rate[i] > absolute[i]);
         clear[i] = (worst <= log_hyst[i]) & (rate[i] <= absolute[i]);
         settled[i] = (double)sz_age[i] * tick >= t->c.warmup_seconds;
