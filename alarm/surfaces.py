@@ -350,14 +350,31 @@ class SurfaceTable:
         self.has_recent[rows] = False
 
     def to_state(self) -> dict:
-        return {
-            f"{kind}/{name}": {
-                "bytes_total": int(self.bytes_total[i]),
-                "events_total": int(self.events_total[i]),
-                "hitters": self.hitters[i].to_state(),
+        """The counters and contributors of the surfaces that were ever written.  One never
+        written (no bytes, no events, no contributors) is left out: a table made afresh, as
+        load_state fills one, holds it so already.  Every save wrote all of them: at 100,000
+        declared surfaces 8.5 MB of JSON and ~0.5-0.8 s of the pipeline thread a save, and
+        700,000 short-lived objects whose promotion set off a full collection of the
+        garbage collector (2-3 s there) every other save."""
+        hitters = self.hitters
+        written = (self.bytes_total != 0) | (self.events_total != 0)
+        written[[i for i, h in enumerate(hitters) if h._counts or h.error]] = True
+        keys = self.keys
+        out = {}
+        for i, nbytes, events in zip(
+            np.flatnonzero(written).tolist(),
+            self.bytes_total[written].tolist(),
+            self.events_total[written].tolist(),
+            strict=True,
+        ):
+            kind, name = keys[i]
+            out[f"{kind}/{name}"] = {
+                "bytes_total": nbytes,
+                "events_total": events,
+                "hitters": hitters[i].to_state(),
             }
-            for i, (kind, name) in enumerate(self.keys)
-        } | {"_unknown_surface_events": self.unknown_surface_events}
+        out["_unknown_surface_events"] = self.unknown_surface_events
+        return out
 
     def load_state(self, state: dict) -> None:
         """Counters of the surfaces that are still declared; the others are gone (and so are

@@ -144,6 +144,36 @@ def test_the_service_exports_what_each_save_wrote_and_cost(tmp_path):
     service.store.close()
 
 
+def test_the_saved_counters_leave_out_surfaces_never_written_and_load_back_whole():
+    """Every save wrote every declared surface's counters and contributors as JSON: at
+    100,000 surfaces 8.5 MB and ~0.5-0.8 s a save, and a full garbage collection (2-3 s)
+    every other save, for surfaces that were never written."""
+    from alarm.events import NAMED, Batch, Event, WriteEvents
+    from alarm.pipeline import Pipeline
+
+    config = config_from_dict(
+        {"tick": "10s", "surfaces": [{"name": n, "kind": "fs"} for n in ("a", "b", "c")]}
+    )
+    now = 1_780_000_000.0
+    p = Pipeline(config, {"w": ("external", "fs")})
+    for ts, nbytes, who in ((now - 25, 100, "x"), (now - 24, 50, "y"), (now - 23, 7, "x")):
+        ev = WriteEvents.of(NAMED, [Event(ts, (None, "b"), nbytes, who)])
+        p.apply("w", Batch(ev, watermark=ts), now)
+    p.close_until(now - 10, now)
+    state = json.loads(json.dumps(p.to_state()))
+    assert set(state["surfaces"]) == {"fs/b", "_unknown_surface_events"}
+    b = p.table.index[("fs", "b")]
+    assert p.table.hitters[b].to_state()["counts"]  # contributors are saved with it
+    q = Pipeline(config, {"w": ("external", "fs")})
+    q.load_state(state, [], now)
+    assert q.table.keys == p.table.keys
+    assert q.table.bytes_total.tolist() == p.table.bytes_total.tolist()
+    assert int(q.table.bytes_total[b]) == 157 and int(q.table.bytes_total.sum()) == 157
+    assert q.table.events_total.tolist() == p.table.events_total.tolist()
+    for mine, theirs in zip(q.table.hitters, p.table.hitters, strict=True):
+        assert mine.to_state() == theirs.to_state()
+
+
 def test_a_source_alert_firing_at_a_restart_still_resolves():
     import json
 
