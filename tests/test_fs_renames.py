@@ -200,11 +200,14 @@ def test_a_rename_whose_other_half_an_overflow_dropped_is_not_a_move_out_of_the_
     assert translate([(3, ino.IN_MOVED_FROM, 7, b"blob")], [overflow]) == [
         ("vanish", b"blob", False)
     ]
-    # Without an overflow: a move when the pair comes (even a read later), out when not.
+    # Without an overflow: a move when the pair comes (even a read later); when not, gone
+    # too, never out for certain: its MOVED_TO may be in a directory not watched yet, from
+    # which it can move on before the watch exists and arrive as a MOVED_TO alone
+    # (tests/test_fs_split_renames.py; taken as out, it counted again as moved in).
     assert translate([(3, ino.IN_MOVED_FROM, 7, b"a")], [(3, ino.IN_MOVED_TO, 7, b"b")]) == [
         ("move", b"a", b"b")
     ]
     assert translate([(3, ino.IN_MOVED_FROM, 7, b"a"), (3, ino.IN_CREATE, 0, b"c")]) == [
-        ("vanish", b"a", True),
+        ("vanish", b"a", False),
         ("touch", b"c", ""),
     ]

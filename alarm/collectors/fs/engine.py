@@ -46,7 +46,7 @@ from alarm.collectors.fs.receipts import ReceiptBudget
 from alarm.collectors.fs.scan import ScanJob
 from alarm.collectors.fs.settings import FsSettings
 from alarm.collectors.fs.state import Dir, FileState, Output, show
-from alarm.collectors.fs.touches import Touches
+from alarm.collectors.fs.touches import Touch, Touches
 from alarm.collectors.fs.watch_fanotify import FanotifyWatch
 from alarm.collectors.fs.watch_inotify import HOLD_SECONDS, InotifyWatch
 from alarm.collectors.fs.workload import Workloads
@@ -61,6 +61,9 @@ BLIND_REASONS_SHOWN = 3  # per source; the rest is "and N more"
 # a round misses a file renamed from a directory it has not listed into one it has, so only
 # a clean round's "not found" means gone.
 ORPHAN_GRACE = 1.0
+# A touch whose entry a look found gone waits this long (and while events are queued) for
+# the rename that says where the file went (touches.py, ``missed``).
+MISSED_SECONDS = 2.0
 MAX_ORPHANS = 100_000
 
 
@@ -142,6 +145,7 @@ class Engine:
         self.poll_dirs = False  # some directory of a watched tree fell back to polling
         self.inner_mounts: set[str] | None = None  # mount points inside the trees, last seen
         self._clean_poll_gen = 0  # the generation of the last clean poll round
+        self._missed: dict[tuple[int, bytes], Touch] = {}  # touches.py, Touches.missed
 
     # -- the saved snapshot ------------------------------------------------------------
     def load_ledger(self, rows: Iterable[tuple[str, str]], out: Output) -> None:
@@ -635,7 +639,7 @@ class Engine:
         out = self._out = Output()
         self._now = self.state.now = now
         state = self.state
-        ops = Touches(state, out, self._skip, self._counting)
+        ops = Touches(state, out, self._skip, self._counting, self._missed)
         more = False
         last_read: list[float] = []
         ignored: list[int] = []
@@ -666,9 +670,16 @@ class Engine:
                 out.counts["records_lost_unknown"] += 1
                 self._reconcile(mode, previous, "overflow reconcile")
         ops.look(now)
+        # Kept for the rename a later step reads, while events are queued or for a while.
+        self._missed = {
+            k: t for k, t in ops.missed.items() if more or now - t.missed < MISSED_SECONDS
+        }
+        hints = ops.hints()  # shared: a new directory may be listed by more than one scan
         for did, ts in ops.new_dirs:
             if did in state.dirs:
-                self._start(ScanJob([did], True, ts, "new directory"))
+                job = ScanJob([did], True, ts, "new directory")
+                job.hints = hints
+                self._start(job)
         if ignored and self.inotify is not None:
             lost, replaced = self.inotify.check_ignored(ignored, out, now)
             for parent, name in replaced:
@@ -688,7 +699,9 @@ class Engine:
                 job.on_done = self._repaired(tree)
                 self._start(job)
         self._watch_health(now, out)
-        state.settle_due(now, out)
+        # A file a scan found waits past its settle for the fanotify events queued before
+        # the scan saw it (in the reader or still in the kernel): they name its writer.
+        state.settle_due(now, out, self.fanotify.reader.through if self.fanotify else None)
         self._run_jobs(now, out)
         if self._roots_changed or now >= self._next_root_check:
             self._roots_changed = False

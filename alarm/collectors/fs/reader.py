@@ -11,10 +11,13 @@ mean a cheaper write for the writer (bench/fs_writer_tax.py).
 
 from __future__ import annotations
 
+import array
 import contextlib
 import ctypes
+import fcntl
 import os
 import select
+import termios
 import threading
 import time
 from collections import deque
@@ -30,6 +33,17 @@ COALESCE_SECONDS = 0.005
 
 
 PR_SET_NAME = 15
+
+
+def queued_bytes(fd: int) -> int:
+    """What the kernel holds unread on a notification descriptor (FIONREAD: inotify(7), and
+    fanotify's ioctl since Linux 2.6.37); -1 when it cannot say."""
+    buf = array.array("i", [0])
+    try:
+        fcntl.ioctl(fd, termios.FIONREAD, buf, True)
+    except OSError:
+        return -1
+    return buf[0]
 
 
 def name_thread(name: str) -> None:
@@ -55,6 +69,11 @@ class EventReader:
         self.notify = notify
         self.limit = limit
         self.chunks: deque[tuple[float, list[Any]]] = deque()
+        self._drained: deque[bool] = deque()  # per chunk: its read left the kernel's queue empty
+        self._busy = False  # between a read and its chunk being queued
+        # Every event queued in the kernel before this time has been taken (by take()): a
+        # drained read's time, or the time take() found nothing anywhere.
+        self.through = 0.0
         self.queued = 0
         self.error: OSError | None = None
         self.reads = 0
@@ -96,17 +115,25 @@ class EventReader:
                     fd == self.fd and ev & (select.POLLERR | select.POLLNVAL) for fd, ev in ready
                 ):
                     raise OSError("notification descriptor failed")
+                with self._lock:
+                    self._busy = True
                 try:
                     data = os.read(self.fd, READ_SIZE)
                 except BlockingIOError:
+                    with self._lock:
+                        self._busy = False
                     continue
                 if not data:
                     raise OSError("notification descriptor closed")
+                read_at = time.time()
+                drained = queued_bytes(self.fd) == 0
                 events = self.parse(data)
                 with self._lock:
-                    self.chunks.append((time.time(), events))
+                    self.chunks.append((read_at, events))
+                    self._drained.append(drained)
                     self.queued += len(events)
                     self.reads += 1
+                    self._busy = False
                 self.notify()
                 if len(data) < READ_SIZE // 2 and self.coalesce:
                     time.sleep(self.coalesce)
@@ -118,13 +145,18 @@ class EventReader:
         """Chunks holding up to about ``max_events`` events; and whether more are queued."""
         out = []
         n = 0
+        now = time.time()
         with self._lock:
             while self.chunks and n < max_events:
                 ts, events = self.chunks.popleft()
+                if self._drained.popleft():
+                    self.through = ts
                 out.append((ts, events))
                 n += len(events)
             self.queued -= n
             more = bool(self.chunks)
+            if not more and not self._busy and queued_bytes(self.fd) == 0:
+                self.through = now
             self._room.notify_all()
         return out, more
 

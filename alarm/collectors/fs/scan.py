@@ -36,11 +36,15 @@ import os
 import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from alarm.collectors.fs import dirscan
 from alarm.collectors.fs.state import Dir, FileState, Output, show
+
+if TYPE_CHECKING:
+    from alarm.collectors.fs.touches import Touch
 
 
 @dataclass(slots=True)
@@ -58,6 +62,9 @@ class ScanJob:
     clean: bool = False  # done, and no listed directory changed while it ran
     partial: bool = False  # a directory could not be listed to its end
     on_done: Callable[[], None] | None = None
+    # dir id -> name -> the watcher's touch left to this scan (touches.py, ``deferred``): an
+    # entry found under that name is stamped, described and attributed as the touch says.
+    hints: dict[int, dict[bytes, Touch]] = field(default_factory=dict)
     native: bool = False  # listed with the native lister (dirscan.py), decided at start
     _iter: Iterator[os.DirEntry[bytes]] | None = None
     _fd: int = -1  # the directory being listed natively
@@ -138,6 +145,7 @@ class ScanJob:
                 used += self._run_native(state, d, budget - used, now, out, skip)
                 continue
             exhausted = True
+            hints = self.hints.get(did) if self.hints else None
             for entry in self._iter:
                 used += 1
                 name = entry.name
@@ -162,7 +170,12 @@ class ScanJob:
                     )
                     continue
                 ts = min(max(st.st_ctime, since), now) if count else now
-                state.observe(did, name, st, ts, count, out, change="found_by_scan")
+                t = hints.get(name) if hints else None
+                if t is None:
+                    state.observe(did, name, st, ts, count, out, change="found_by_scan")
+                else:
+                    ts = min(t.ts, now)
+                    state.observe(did, name, st, ts, count, out, change=t.change, pid=t.pid)
                 if self.recursive and stat.S_ISDIR(st.st_mode):
                     cid = d.children.get(name)
                     if cid is not None:
@@ -224,11 +237,23 @@ class ScanJob:
                 out.problem("permission_errors", what)
             else:
                 out.problem("scan_errors", what)
-        rest = state.observe_listing(did, lst, np.flatnonzero(keep), ts, count, out)
+        changes: list[str] | None = None
+        pids: list[int] | None = None
+        hints = self.hints.get(did) if self.hints else None
+        if hints:
+            changes, pids = ["found_by_scan"] * len(names), [0] * len(names)
+            for i, name in enumerate(names):
+                t = hints.get(name)
+                if t is not None:
+                    changes[i], pids[i], ts[i] = t.change, t.pid, min(t.ts, now)
+        rest = state.observe_listing(
+            did, lst, np.flatnonzero(keep), ts, count, out, changes=changes, pids=pids
+        )
         for i in rest.tolist():
             name = names[i]
             st = lst.stat(i)
-            state.observe(did, name, st, float(ts[i]), count, out, change="found_by_scan")
+            change, pid = (changes[i], pids[i]) if changes and pids else ("found_by_scan", 0)
+            state.observe(did, name, st, float(ts[i]), count, out, change=change, pid=pid)
             if self.recursive and stat.S_ISDIR(st.st_mode):
                 cid = d.children.get(name)
                 if cid is not None:

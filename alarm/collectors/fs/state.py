@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from alarm.collectors.fs.table import DELETED, PENDING, SAVED, InodeTable, U64Ma
 StatLike = os.stat_result | EntryStat
 ROW_MASK = (1 << 32) - 1
 MAX_PENDING = 100_000  # pending files beyond this are counted at once (bounded memory)
+EVIDENCE_WAIT = 5.0  # how long a file a scan found waits for its writer's events past settle
 PATH_CACHE = 65536
 
 
@@ -74,6 +76,9 @@ class Pending:
     ts: float  # last activity: the event's time when counted
     change: str
     pid: int = 0
+    # When a scan found it without a writer (wall time; 0 otherwise): it waits for the events
+    # fanotify queued before then, which may name the writer (settle_due, ``through``).
+    seen: float = 0.0
 
 
 @dataclass(slots=True)
@@ -377,15 +382,21 @@ class FileState:
         out.counts["files_created"] += len(plain)
         ledger_rows(out.ledger, dev, ino, size, measures, mtime, names)
 
-    def settle_due(self, now: float, out: Output) -> None:
+    def settle_due(self, now: float, out: Output, through: float | None = None) -> None:
         """Count pending files whose ``settle`` has passed (oldest first), and the oldest
-        beyond MAX_PENDING."""
+        beyond MAX_PENDING.  ``through``: the events fanotify queued before that time are
+        applied; a file a scan found without its writer at a later time waits for them
+        (at most EVIDENCE_WAIT), as they name the writer's pid."""
         pending = self.pending
         over = len(pending) - MAX_PENDING
         due = []
         settle = self.settle
+        wait_from = now - EVIDENCE_WAIT
         for row, p in pending.items():  # oldest first
-            if p.first + settle > now and len(due) >= over:
+            waits = p.first + settle > now or (
+                through is not None and p.seen >= through and p.seen > wait_from
+            )
+            if waits and len(due) >= over:
                 break
             due.append(row)
         if due:
@@ -466,7 +477,8 @@ class FileState:
         if count:
             row = inodes.add(dev, ino, st.st_size, m, 0, st.st_mtime_ns, PENDING)
             self._bind(dir_id, name, row)
-            self.pending[row] = Pending(dir_id, name, ts, ts, change, pid)
+            seen = time.time() if change == "found_by_scan" and not pid else 0.0
+            self.pending[row] = Pending(dir_id, name, ts, ts, change, pid, seen)
             if self.settle <= 0:
                 self._count_pending(row, out)
         else:
@@ -531,14 +543,18 @@ class FileState:
         if count:
             pending = self.pending
             fast_ts = ts[fast].tolist()
+            now = time.time()  # when it was listed: events of writes before are queued
             if changes is None and pids is None:
+                seen = now if change == "found_by_scan" else 0.0
                 for row, i, t in zip(rows.tolist(), fast.tolist(), fast_ts, strict=True):
-                    pending[row] = Pending(dir_id, names[i], t, t, change)
+                    pending[row] = Pending(dir_id, names[i], t, t, change, 0, seen)
             else:
                 how = changes or [change] * len(names)
                 who = pids or [0] * len(names)
                 for row, i, t in zip(rows.tolist(), fast.tolist(), fast_ts, strict=True):
-                    pending[row] = Pending(dir_id, names[i], t, t, how[i], who[i])
+                    c, w = how[i], who[i]
+                    seen = now if c == "found_by_scan" and not w else 0.0
+                    pending[row] = Pending(dir_id, names[i], t, t, c, w, seen)
             if self.settle <= 0:
                 self._count_pending_rows(rows.tolist(), out)
         else:
@@ -706,6 +722,14 @@ class FileState:
             out.counts["deleted_before_measured"] += 1
         if row >= 0:
             self._drop_name(row, out, d.tree, moved)
+
+    def writer(self, dir_id: int, name: bytes, pid: int) -> None:
+        """``pid`` wrote the pending file under that name, when nothing said who did (a scan
+        found it before the event that says so was applied at its name)."""
+        row = self.lookup(dir_id, name)
+        p = self.pending.get(row) if row >= 0 and pid else None
+        if p is not None and not p.pid:
+            p.pid = pid
 
     def move(self, d1: int, n1: bytes, d2: int, n2: bytes, ts: float, out: Output) -> bool:
         """A rename from (d1, n1) to (d2, n2), both in the same tree.  False when the source

@@ -30,6 +30,7 @@ class Touch:
     change: str
     pid: int
     gone_ok: bool  # a merged create+delete event: gone at the look means deleted
+    missed: float = 0.0  # when a look first found nothing under the name (0: never)
 
 
 class Touches:
@@ -39,18 +40,33 @@ class Touches:
         out: Output,
         skip: Callable[[int, bytes], bool],
         counting: Callable[[int], bool] = lambda dir_id: True,
+        carried: dict[tuple[int, bytes], Touch] | None = None,
     ) -> None:
         self.state = state
         self.out = out
         self.skip = skip
         self.counting = counting  # False: the dir is in a baseline that has not listed it yet
-        self.entries: dict[tuple[int, bytes], Touch] = {}
+        # The touches of the last step's ``missed`` first: a rename read now takes its touch
+        # along, as if both had been read in one step.
+        self.entries: dict[tuple[int, bytes], Touch] = carried or {}
+        # Entries the look found gone although no event said so yet: the file was renamed
+        # (or deleted) after the events this step read.  Its rename is read by a later step,
+        # and what was written under the old name (a growth of a file counted already) is
+        # measured only if that rename takes the touch to where the file went; dropped, the
+        # rename moved the name and nobody looked at what the file had grown by.
+        self.missed: dict[tuple[int, bytes], Touch] = {}
         self.new_dirs: list[tuple[int, float]] = []  # (dir id, when): to be scanned
         # Directories registered while this step's events were read (fanotify names a new
         # directory by its handle before its mkdir is looked at): their scan, started after
-        # the look, lists every entry there, so a touch in one is left to it; looked at here
-        # too, each new file went through observe twice (the scan's look finds it known).
+        # the look, lists every entry there, so a touch of a name not tracked there is left
+        # to it (``deferred``); looked at here too, each new file went through observe twice
+        # (the scan's look finds it known).  What the touch knew (when, how, the writer's
+        # pid) goes to the scan (:meth:`hints`), and a deferred name renamed away in the same
+        # step takes its touch along, to be looked at where it lands: the scan will not find
+        # it.  A name already tracked there (renamed in) is looked at as anywhere else: if it
+        # moves on before the scan lists the directory, nobody else would measure it.
         self.scanning: set[int] = set()
+        self.deferred: dict[tuple[int, bytes], Touch] = {}
 
     def touch(
         self,
@@ -62,12 +78,15 @@ class Touches:
         pid: int = 0,
         gone_ok: bool = False,
     ) -> None:
-        if dir_id in self.scanning or self.skip(dir_id, name):
+        if self.skip(dir_id, name):
             return
         key = (dir_id, name)
-        t = self.entries.get(key)
+        where = self.entries
+        if self.scanning and dir_id in self.scanning and self.state.lookup(dir_id, name) < 0:
+            where = self.deferred
+        t = where.get(key)
         if t is None:
-            self.entries[key] = Touch(ts, wrote, change, pid, gone_ok)
+            where[key] = Touch(ts, wrote, change, pid, gone_ok)
         else:
             t.ts = ts
             t.wrote = t.wrote or wrote
@@ -75,11 +94,29 @@ class Touches:
             if pid:
                 t.pid = pid
 
+    def _note(self, dir_id: int, name: bytes, t: Touch) -> None:
+        """A touch taken along by a rename: noted again under the name it landed on."""
+        self.touch(dir_id, name, t.ts, t.wrote, t.change, t.pid, t.gone_ok)
+
+    def _take(self, dir_id: int, name: bytes) -> Touch | None:
+        """The touch noted for the entry (looked at or deferred), taken off both."""
+        key = (dir_id, name)
+        t = self.entries.pop(key, None)
+        later = self.deferred.pop(key, None) if self.deferred else None
+        if later is None:
+            return t
+        if t is not None:
+            later.ts = max(later.ts, t.ts)
+            later.wrote = later.wrote or t.wrote
+            later.gone_ok = later.gone_ok or t.gone_ok
+            later.pid = t.pid or later.pid
+        return later
+
     def vanish(self, dir_id: int, name: bytes, ts: float, moved: bool = False) -> None:
         """Deleted, or ``moved`` to where we did not see it arrive."""
         if self.skip(dir_id, name):
             return
-        t = self.entries.pop((dir_id, name), None)
+        t = self._take(dir_id, name)
         self.state.vanish(dir_id, name, ts, self.out, wrote=t is not None and t.wrote, moved=moved)
 
     def move(self, d1: int, n1: bytes, d2: int, n2: bytes, ts: float, pid: int = 0) -> None:
@@ -93,15 +130,26 @@ class Touches:
             if b is not None:
                 self.touch(d2, n2, ts, change="moved_in", pid=pid)
             return
-        t = self.entries.pop((d1, n1), None)
+        t = self._take(d1, n1)
         if state.move(d1, n1, d2, n2, ts, self.out):
             if t is not None:
-                self.entries[(d2, n2)] = t
+                state.writer(d2, n2, t.pid)
+                self._note(d2, n2, t)
             return
         # Not tracked at the source: created and renamed before we looked.
         if t is None:
             t = Touch(ts, False, "created", pid, False)
-        self.entries[(d2, n2)] = t
+        self._note(d2, n2, t)
+
+    def hints(self) -> dict[int, dict[bytes, Touch]]:
+        """The deferred touches by directory, for the scans of this step's new directories:
+        what they find under those names is stamped, described and attributed as the touch
+        was (the event's time, its change, the writer's pid), not as ``found_by_scan``."""
+        out: dict[int, dict[bytes, Touch]] = {}
+        for (dir_id, name), t in self.deferred.items():
+            out.setdefault(dir_id, {})[name] = t
+        self.deferred.clear()
+        return out
 
     def look(self, now: float) -> None:
         """lstat every entry noted, in the order first noted (in bulk: directory by
@@ -120,6 +168,12 @@ class Touches:
                 self._look_one(dir_id, name, t, now)
         entries.clear()
 
+    def _missed(self, dir_id: int, name: bytes, t: Touch, now: float) -> None:
+        self.state.writer(dir_id, name, t.pid)
+        if not t.missed:
+            t.missed = now
+        self.missed[(dir_id, name)] = t
+
     def _look_one(self, dir_id: int, name: bytes, t: Touch, now: float) -> None:
         state = self.state
         out = self.out
@@ -131,7 +185,9 @@ class Touches:
         except FileNotFoundError:
             if t.gone_ok:
                 state.vanish(dir_id, name, t.ts, out, wrote=t.wrote)
-            return  # its delete or rename event is still to come
+            else:
+                self._missed(dir_id, name, t, now)  # its delete or rename event is to come
+            return
         except OSError as exc:
             out.problem("permission_errors", f"cannot stat: {exc.strerror}")
             return
@@ -164,6 +220,8 @@ class Touches:
             if int(err[i]) == errno.ENOENT:
                 if t.gone_ok:
                     state.vanish(dir_id, name, t.ts, out, wrote=t.wrote)
+                else:
+                    self._missed(dir_id, name, t, now)
             else:
                 out.problem("permission_errors", f"cannot stat: {os.strerror(int(err[i]))}")
         count = self.counting(dir_id)

@@ -21,6 +21,8 @@ from alarm.collectors.fs.state import Dir, FileState, Output, show
 from alarm.collectors.fs.touches import Touches
 
 OUTSIDE_MEMORY = 65536
+# What _dir says of a directory that is not one of ours (resolve_inside returns the first two).
+OUTSIDE, INSIDE, UNRESOLVED = -1, -2, -3
 
 
 @dataclass(slots=True)
@@ -98,21 +100,24 @@ class FanotifyWatch:
         d.handle = b""
 
     def _dir(self, key: bytes, ts: float, ops: Touches, res: FanotifyRead) -> int:
+        """The directory id a key names; else OUTSIDE (outside every tree), INSIDE (in a tree
+        but not registered: its baseline will list it, or it is gone again) or UNRESOLVED
+        (gone before we could ask where it was)."""
         did = self.keys.get(key)
         if did is not None:
             return did
         if not key or key in self._outside:
-            return -1
+            return OUTSIDE
         path = self.group.resolve(key)
         if path is None:
             res.unresolved += 1
-            return -1
+            return UNRESOLVED
         did = self.resolve_inside(path, ts, ops)
-        if did == -1:  # outside every tree (-2: inside, but not registered yet)
+        if did == OUTSIDE:
             if len(self._outside) >= OUTSIDE_MEMORY:
                 self._outside.clear()
             self._outside[key] = None
-        return max(did, -1)
+        return did
 
     def translate(self, ops: Touches, max_events: int) -> tuple[FanotifyRead, bool]:
         chunks, more = self.reader.take(max_events)
@@ -131,9 +136,14 @@ class FanotifyWatch:
                     if a >= 0 and b >= 0:
                         ops.move(a, name, b, new_name, ts, pid)
                     elif a >= 0:
-                        ops.vanish(a, name, ts, moved=True)
+                        # Out of the trees only when the other end is known to be outside;
+                        # into a directory of a tree we have not registered (gone again by
+                        # the time it was resolved, or in a baseline), it is an orphan the
+                        # scan that finds it carries, never a move out and a new file.
+                        ops.vanish(a, name, ts, moved=b == OUTSIDE)
                     elif b >= 0:
-                        ops.touch(b, new_name, ts, change="moved_in", pid=pid)
+                        how = "moved_in" if a == OUTSIDE else "created"
+                        ops.touch(b, new_name, ts, change=how, pid=pid)
                     continue
                 if not name:
                     continue

@@ -101,7 +101,7 @@ class InotifyWatch:
                     # A MOVED_FROM just before the overflow: its MOVED_TO may be among what
                     # was dropped, so it did not move out for all we know; gone, and found
                     # again by the reconcile if it is still in the trees (never a new file).
-                    self._release(ops, moved=False)
+                    self._release(ops)
                     continue
                 did = wds.get(wd)
                 if did is None:
@@ -149,10 +149,13 @@ class InotifyWatch:
             self._release(ops)
         return res, more
 
-    def _release(self, ops: Touches, moved: bool = True) -> None:
+    def _release(self, ops: Touches) -> None:
         for ts, did, name in self._held.values():
-            # Moved out of every tree, or into a directory not watched yet (found by its scan).
-            ops.vanish(did, name, ts, moved=moved)
+            # Moved out of every tree, or into a directory of one not watched yet (found by
+            # its scan, or arriving unpaired in a watched one when it moves on before that
+            # directory's watch exists): inotify cannot tell which, so never "moved out"
+            # for sure; an orphan found again in its tree carries its count.
+            ops.vanish(did, name, ts, moved=False)
         self._held.clear()
 
     def check_ignored(
