@@ -294,10 +294,17 @@ class SurfaceTable:
         return self.index[(kind, UNCLASSIFIED)]
 
     def count(self, rows: np.ndarray, nbytes: np.ndarray, events: np.ndarray) -> None:
-        """Add cells to the surfaces' totals."""
+        """Add cells to the surfaces' totals.  Summed per row that wrote, not over every
+        row: a batch of 1,000 events made two bincounts of 100,000 rows at 100,000 surfaces
+        (the same sums: bincount adds a row's cells in the batch's order either way)."""
         n = len(self.keys)
-        self.bytes_total += np.bincount(rows, weights=nbytes, minlength=n).astype(np.int64)
-        self.events_total += np.bincount(rows, weights=events, minlength=n).astype(np.int64)
+        if len(rows) * 8 >= n:
+            self.bytes_total += np.bincount(rows, weights=nbytes, minlength=n).astype(np.int64)
+            self.events_total += np.bincount(rows, weights=events, minlength=n).astype(np.int64)
+            return
+        wrote, at = np.unique(rows, return_inverse=True)
+        self.bytes_total[wrote] += np.bincount(at, weights=nbytes).astype(np.int64)
+        self.events_total[wrote] += np.bincount(at, weights=events).astype(np.int64)
 
     def credit_totals(self, row: int, contributors: list[str], amounts: list[int]) -> None:
         """Bytes to the contributors of a surface's totals, as soon as they are counted (the
