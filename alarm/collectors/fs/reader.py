@@ -33,6 +33,9 @@ COALESCE_SECONDS = 0.005
 
 
 PR_SET_NAME = 15
+# Larger than any one event: fanotify's metadata and two directory handles (128 B each at
+# most) with their names (255 B), inotify's header and a name.
+MAX_EVENT_BYTES = 1024
 
 
 def queued_bytes(fd: int) -> int:
@@ -126,7 +129,9 @@ class EventReader:
                 if not data:
                     raise OSError("notification descriptor closed")
                 read_at = time.time()
-                drained = queued_bytes(self.fd) == 0
+                # A read with room left for the largest event found the queue empty; only a
+                # full one asks the kernel (one ioctl) whether more is waiting.
+                drained = len(data) + MAX_EVENT_BYTES <= READ_SIZE or queued_bytes(self.fd) == 0
                 events = self.parse(data)
                 with self._lock:
                     self.chunks.append((read_at, events))

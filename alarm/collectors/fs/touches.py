@@ -67,6 +67,9 @@ class Touches:
         # moves on before the scan lists the directory, nobody else would measure it.
         self.scanning: set[int] = set()
         self.deferred: dict[tuple[int, bytes], Touch] = {}
+        # Names a rename of a tracked file gave in those directories: the only names there the
+        # state tracks before the look (no scan or look has listed them yet).
+        self.tracked: set[tuple[int, bytes]] = set()
 
     def touch(
         self,
@@ -82,7 +85,7 @@ class Touches:
             return
         key = (dir_id, name)
         where = self.entries
-        if self.scanning and dir_id in self.scanning and self.state.lookup(dir_id, name) < 0:
+        if self.scanning and dir_id in self.scanning and key not in self.tracked:
             where = self.deferred
         t = where.get(key)
         if t is None:
@@ -132,6 +135,8 @@ class Touches:
             return
         t = self._take(d1, n1)
         if state.move(d1, n1, d2, n2, ts, self.out):
+            if d2 in self.scanning:
+                self.tracked.add((d2, n2))
             if t is not None:
                 state.writer(d2, n2, t.pid)
                 self._note(d2, n2, t)
