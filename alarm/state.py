@@ -23,18 +23,20 @@ version 1, ~3 s: a version 1 file is read as it is, and each group moves to chun
 next save.)
 
 The WAL.  A save's transaction goes to the write-ahead log (``capalarm.db-wal``) and is
-copied into the database file by a *checkpoint*.  SQLite runs one at each commit, on the
-committing thread (the pipeline's: at 100,000 surfaces ~0.1 s of a 0.3 s save), and a WAL file
-keeps the size of the largest transaction ever written to it (the first save at 100,000
-surfaces: 780 MB, beside a database of the same size).  So this store's connection does not
-checkpoint at commit: after each save a thread of its own (``_checkpoints``, with a connection of
-its own that never waits for a lock) copies the WAL into the database while the pipeline goes
-on, and truncates the WAL file to nothing when it has grown past ``WAL_LIMIT``; and SQLite
-cuts the WAL file back to ``WAL_LIMIT`` whenever a writer starts it afresh
-(``journal_size_limit``).  Once the checkpoint after a save has run, the WAL file is at most
-``WAL_LIMIT`` on disk (while a transaction is written it is as large as that transaction).  A
-checkpoint moves no data that the WAL does not still hold, so a kill -9 at any point of one
-leaves the last committed save, as at any other point.
+copied into the database file by a *checkpoint*.  SQLite runs one at a commit that leaves
+the WAL past 1,000 pages, on the committing thread (the pipeline's: at 100,000 surfaces ~0.1 s
+of a 0.3 s save), and a WAL file keeps the size of the largest transaction ever written to it
+(the first save at 100,000 surfaces: 780 MB, beside a database of the same size).  So this
+store's connection does not checkpoint at commit: once saves have written ``CHECKPOINT_AT``
+bytes since the last one (SQLite's 1,000 pages; every checkpoint save at 100,000 surfaces), a
+thread of its own (``_checkpoints``, with a connection of its own that never waits for a lock)
+copies the WAL into the database while the pipeline goes on, and truncates the WAL file to
+nothing when it has grown past ``WAL_LIMIT``; and SQLite cuts the WAL file back to
+``WAL_LIMIT`` whenever a writer starts it afresh (``journal_size_limit``).  Once the
+checkpoint after a save has run, the WAL file is at most ``WAL_LIMIT`` on disk (while a
+transaction is written it is as large as that transaction).  A checkpoint moves no data that
+the WAL does not still hold, so a kill -9 at any point of one leaves the last committed save,
+as at any other point.
 
 Locks.  Another process holding the database (a backup, an operator's ``sqlite3`` inside a
 transaction) must not stop the pipeline thread, which saves and records alert changes between
@@ -88,6 +90,10 @@ BUSY_TIMEOUT = 0.2
 # plain checkpoint's transaction at 100,000 surfaces (36-60 MB), so that a running service
 # reuses its WAL file and only a first save, or one that rewrites arrays whole, truncates it.
 WAL_LIMIT = 64 << 20
+# Bytes of saves after which the checkpoint thread is asked to run: SQLite's default for a
+# checkpoint at commit (1,000 pages of 4 kB).  A checkpoint save at 100,000 surfaces writes
+# 36-60 MB, so each is followed by one.
+CHECKPOINT_AT = 4 << 20
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +218,7 @@ class StateStore:
         self._checkpoint_running = False
         self._checkpoint_thread: threading.Thread | None = None
         self._closed = False
+        self._unchecked = 0  # bytes saved since a checkpoint was last asked for
         self.checkpoints = 0
         self.checkpoint_failures = 0
         try:
@@ -425,7 +432,12 @@ class StateStore:
         now = time.time()
         with self.write_lock:
             self._save(text, key, now, groups, ledger, drop_ledgers)
-        self.request_checkpoint()
+        # As SQLite's own checkpoints at commit (1,000 pages): a WAL of small saves is left to
+        # grow to CHECKPOINT_AT before it is copied, not copied after every save.
+        self._unchecked += self.last_save.total_bytes
+        if self._unchecked >= CHECKPOINT_AT:
+            self._unchecked = 0
+            self.request_checkpoint()
 
     def _save(
         self,

@@ -468,7 +468,7 @@ def test_after_a_large_save_then_a_small_one_the_wal_file_is_at_most_wal_limit(
     store.save({"v": 2}, groups={"slow": ({"h": 2}, {"day": day})})
     assert store.wait_checkpoint(30)
     assert 0 < wal.stat().st_size <= limit, wal.stat().st_size
-    assert store.checkpoints >= 2 and store.checkpoint_failures == 0
+    assert store.checkpoints >= 1 and store.checkpoint_failures == 0
 
     # Without the checkpoint thread's truncation (it found the write lock taken, say), a WAL
     # started afresh by the next save is cut back by SQLite (journal_size_limit).
@@ -506,7 +506,7 @@ def test_a_save_does_not_wait_for_the_checkpoint(tmp_path, monkeypatch):
         original(db)
 
     monkeypatch.setattr(store, "_checkpoint", held)
-    day = slot_major(5000)
+    day = slot_major(20_000)  # 7.7 MB: past CHECKPOINT_AT
     for v in range(3):
         day[v] += 1.0
         store.save({"v": v}, groups={"slow": ({"h": v}, {"day": day})})
@@ -520,7 +520,7 @@ def test_a_save_does_not_wait_for_the_checkpoint(tmp_path, monkeypatch):
 def saves_in_turn(v: int) -> np.ndarray:
     """The array of save ``v`` of the child below: odd saves change all of it (a large
     transaction, a WAL past the limit, a truncating checkpoint), even ones one row."""
-    day = np.zeros((96, 10_000), dtype=np.float32)
+    day = np.zeros((96, 12_000), dtype=np.float32)  # 4.6 MB: past CHECKPOINT_AT
     for i in range(1, v + 1):
         if i % 2:
             day[:] = i
@@ -533,7 +533,7 @@ def saves_in_turn(v: int) -> np.ndarray:
 def test_a_kill_at_any_point_of_saves_and_checkpoints_leaves_the_last_or_next_state(
     tmp_path, after
 ):
-    """kill -9 while saves of 4 MB and of one row follow each other and their checkpoints run
+    """kill -9 while saves of 4.6 MB and of one row follow each other and their checkpoints run
     beside them (copying the WAL into the database, truncating it): the state loaded is the
     last save that returned or the one in flight, whole, and saving goes on from it."""
     script = textwrap.dedent(
