@@ -5,7 +5,7 @@ in one transaction (alarm/state.py); the detector's learned profiles (the slow a
 some checkpoints.  Each is saved when the last one of its kind is ``SAVE_FACTOR`` times its own
 cost ago (and at least a tick ago), and at shutdown: saving takes at most about 1/SAVE_FACTOR
 of the pipeline thread, whatever the number of surfaces.  With 100 surfaces a checkpoint costs
-a millisecond and is saved every tick; with 100,000 about 0.3 s (the store writes the chunks of
+a millisecond and is saved every tick; with 100,000 about 0.25 s (the store writes the chunks of
 the arrays that changed, alarm/state.py, and every surface's detector state changes every
 tick: counts, ages, decaying levels, 37 MB of 179), still every 10 s tick; on a slower disk
 or with more surfaces, every 20x its cost, not every tick.
