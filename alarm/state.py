@@ -95,7 +95,7 @@ WAL_LIMIT = 64 << 20
 # 36-60 MB, so each is followed by one.
 CHECKPOINT_AT = 4 << 20
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("capalarm.state")
 
 
 @dataclass(frozen=True, slots=True)
