@@ -36,6 +36,7 @@ log = logging.getLogger("capalarm.notify")
 USER_AGENT = f"capalarm/{__version__}"
 MAX_RETRY_AFTER = 3600.0
 WARN_EVERY = 30.0  # seconds between retry warnings of one channel
+SETTLE_BACKOFF_MAX = 30.0  # seconds between retries of outcome writes that failed
 NETWORK_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
 
 
@@ -303,6 +304,10 @@ class ChannelWorker:
         self._flush: asyncio.Task[None] | None = None
         self._last_warning = 0.0
         self._quiet = 0  # retry lines not logged since the last one
+        self._last_settle_error = 0.0
+        self._settle_quiet = 0  # failed outcome writes not logged since the last line
+        self._settle_backoff = 0.0  # after failed outcome writes: seconds to the next retry
+        self._settle_retry_at = 0.0
         # Failures since the last success, and whether any was the receiver asking us to slow
         # down: when it answers again after an outage, what waits in backoff is sent now.
         self._failing = False
@@ -354,6 +359,7 @@ class ChannelWorker:
                 # Best effort: what was delivered is deleted now rather than sent again later.
                 if self._flush is not None:
                     await asyncio.gather(self._flush, return_exceptions=True)
+                self._ops += [Settle("ack", row_id) for row_id in self._unacked]
                 if self._ops:
                     with contextlib.suppress(sqlite3.Error):
                         self.outbox.settle(self._ops)
@@ -438,28 +444,51 @@ class ChannelWorker:
     def _start_flush(self) -> None:
         if self._flush is not None and not self._flush.done():
             return
-        for row_id in self._unacked:
-            self._ops.append(Settle("ack", row_id))
-            self._settling.setdefault(row_id, "")
-        self._unacked.clear()
+        if self._unacked and time.time() >= self._settle_retry_at:
+            for row_id in self._unacked:
+                self._ops.append(Settle("ack", row_id))
+                self._settling.setdefault(row_id, "")
+            self._unacked.clear()
         if self._ops:
             ops, self._ops = self._ops, []
             self._flush = asyncio.create_task(self._apply(ops))
 
     async def _apply(self, ops: list[Settle]) -> None:
+        failed = False
         try:
             await self.outbox.call(self.outbox.settle, ops)
         except sqlite3.Error as exc:
-            log.error(
-                "%s: cannot record %d delivery outcomes: %s", self.channel.name, len(ops), exc
-            )
-            # Delivered rows must not go out again from this process: retry their deletes.
-            # A failed retry or dead-letter leaves the row due, so it is simply tried again.
+            failed = True
+            now = time.time()
+            if now - self._last_settle_error >= WARN_EVERY:
+                more = (
+                    f" ({self._settle_quiet} more since the last line)"
+                    if self._settle_quiet
+                    else ""
+                )
+                log.error(
+                    "%s: cannot record %d delivery outcomes: %s%s",
+                    self.channel.name,
+                    len(ops),
+                    exc,
+                    more,
+                )
+                self._last_settle_error, self._settle_quiet = now, 0
+            else:
+                self._settle_quiet += 1
+            # Delivered rows must not go out again from this process: retry their deletes,
+            # after a backoff (a full disk spun the worker, its writes and this line hundreds
+            # of times a second).  A failed retry or dead-letter leaves the row due, so it is
+            # simply tried again.
             self._unacked.update(op.row_id for op in ops if op.kind == "ack")
+            self._settle_backoff = min(SETTLE_BACKOFF_MAX, 2.0 * self._settle_backoff or 0.5)
+            self._settle_retry_at = now + self._settle_backoff
         finally:
             for op in ops:
                 self._settling.pop(op.row_id, None)
-            self._wake.set()
+            if not failed:
+                self._settle_backoff = 0.0
+                self._wake.set()
 
     def _settle(self, row: Row, outcome: Outcome, now: float) -> Settle | None:
         """Count and log an outcome; return what to write (None: a row held in memory)."""
