@@ -40,6 +40,25 @@ SETTLE_BACKOFF_MAX = 30.0  # seconds between retries of outcome writes that fail
 NETWORK_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
 
 
+class LineLimit:
+    """One log line per WARN_EVERY at most, saying how many it held back since the last."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what  # what the held-back lines were, after "N more"
+        self.last = 0.0
+        self.quiet = 0
+
+    def due(self, now: float) -> str | None:
+        """The suffix of a line to log now (empty when none was held back), or None: held
+        back."""
+        if now - self.last < WARN_EVERY:
+            self.quiet += 1
+            return None
+        more = f" ({self.quiet} more{self.what} since the last line)" if self.quiet else ""
+        self.last, self.quiet = now, 0
+        return more
+
+
 @dataclass(slots=True, frozen=True)
 class Outcome:
     ok: bool
@@ -302,10 +321,8 @@ class ChannelWorker:
         self._settling: dict[int, str] = {}  # row id -> order key, until its outcome commits
         self._unacked: set[int] = set()  # delivered, but the delete did not commit (disk full)
         self._flush: asyncio.Task[None] | None = None
-        self._last_warning = 0.0
-        self._quiet = 0  # retry lines not logged since the last one
-        self._last_settle_error = 0.0
-        self._settle_quiet = 0  # failed outcome writes not logged since the last line
+        self._retry_lines = LineLimit(" failed attempts")
+        self._settle_lines = LineLimit("")
         self._settle_backoff = 0.0  # after failed outcome writes: seconds to the next retry
         self._settle_retry_at = 0.0
         # Failures since the last success, and whether any was the receiver asking us to slow
@@ -460,12 +477,8 @@ class ChannelWorker:
         except sqlite3.Error as exc:
             failed = True
             now = time.time()
-            if now - self._last_settle_error >= WARN_EVERY:
-                more = (
-                    f" ({self._settle_quiet} more since the last line)"
-                    if self._settle_quiet
-                    else ""
-                )
+            more = self._settle_lines.due(now)
+            if more is not None:
                 log.error(
                     "%s: cannot record %d delivery outcomes: %s%s",
                     self.channel.name,
@@ -473,9 +486,6 @@ class ChannelWorker:
                     exc,
                     more,
                 )
-                self._last_settle_error, self._settle_quiet = now, 0
-            else:
-                self._settle_quiet += 1
             # Delivered rows must not go out again from this process: retry their deletes,
             # after a backoff (a full disk spun the worker, its writes and this line hundreds
             # of times a second).  A failed retry or dead-letter leaves the row due, so it is
@@ -530,10 +540,8 @@ class ChannelWorker:
             delay = max(delay, outcome.retry_after)
         # At most one line per channel per WARN_EVERY: an outage with a backlog of thousands
         # must not bury the log (the metrics count every retry).
-        if now - self._last_warning >= WARN_EVERY:
-            more = (
-                f" ({self._quiet} more failed attempts since the last line)" if self._quiet else ""
-            )
+        more = self._retry_lines.due(now)
+        if more is not None:
             log.warning(
                 "%s: attempt %d of %s failed (%s); next in %.1fs%s",
                 ch.name,
@@ -543,9 +551,6 @@ class ChannelWorker:
                 delay,
                 more,
             )
-            self._last_warning, self._quiet = now, 0
-        else:
-            self._quiet += 1
         if in_memory:
             self.memory.retry_at(row, attempts, now + delay)
             return None
