@@ -603,8 +603,8 @@ static PyObject *do_rules(TickObject *t, double now, double tick) {
         settled[i] = (double)sz_age[i] * tick >= t->c.warmup_seconds;
     }
     /* The budgets: the absolute horizons, and the seasonal (relative) budget's projection
-     * and ratio, which Python (rules/budget.py's RelativeBank) wrote before this call where it is on (0 where
-     * it is off): one budget alert per surface, whichever of them fires. */
+     * and ratio, which Python (rules/budget.py's RelativeBank) wrote before this call where
+     * it is on (0 where it is off): one budget alert per surface, whichever of them fires. */
     budgets(t, tick);
     const uint8_t *b_enabled = B(B_ENABLED);
     uint8_t *bbreach = B(BBREACH);
