@@ -259,7 +259,8 @@ def _horizon_list(rule: BudgetRule) -> list[tuple[str, float, float]]:
 #   sustained over two ticks.  It judges once the surface has ``min_history`` and the hour has a
 #   ready level; it never judges before (the absolute budgets do, from the first tick).
 #
-# Everything is vectorised over rows (numpy), like the rest of the detector.
+# RelativeBank.update is numpy, vectorised over rows, between the native passes (the
+# projection and ratio the native tick reads).
 
 DAY = 86400.0
 WEEK = 7 * DAY

@@ -23,7 +23,8 @@ from alarm.detector.tail import TailBank, target_rate
 from alarm.detector.views import SurfaceFigures
 
 # ----------------------------------------------------------------------------------------
-# Seasonal robust baseline for spikes, evaluated for every surface at once (numpy).
+# Seasonal robust baseline for spikes, one row per surface (its levels are predicted and
+# learned by the native tick, _whole_tick.c).
 #
 # Each row (a surface) is judged in log-rate space, y = ln(1 + rate / unit): multiplicative noise
 # and bursts become additive, and a mostly-zero surface stays near 0 instead of at -inf.  Per row:
