@@ -700,10 +700,19 @@ class FileState:
         self._save_row(row, out)
 
     def vanish(
-        self, dir_id: int, name: bytes, ts: float, out: Output, wrote: bool, moved: bool = False
+        self,
+        dir_id: int,
+        name: bytes,
+        ts: float,
+        out: Output,
+        wrote: bool,
+        moved: bool = False,
+        noted: bool = True,
     ) -> None:
         """The entry is gone (deleted, or ``moved`` where we did not see it arrive: out of
-        every tree, or into a directory not watched yet)."""
+        every tree, or into a directory not watched yet).  ``noted``: something said it was
+        created or written there; False when all that was seen is renames, and a name never
+        measured then carried no write."""
         d = self.dirs.get(dir_id)
         if d is None:
             return
@@ -712,7 +721,7 @@ class FileState:
             self.remove_dir(cid, ts, out)
             return
         row = self._unbind(dir_id, name)
-        if row < 0 or (wrote and row not in self.pending):
+        if (row < 0 and noted) or (row >= 0 and wrote and row not in self.pending):
             # Never measured (created and gone between two looks), or written since the
             # last look: what was last known of it is all that counts; say so.
             path = os.fsdecode(self.entry_path(dir_id, name))

@@ -115,12 +115,20 @@ class Touches:
             later.pid = t.pid or later.pid
         return later
 
-    def vanish(self, dir_id: int, name: bytes, ts: float, moved: bool = False) -> None:
-        """Deleted, or ``moved`` to where we did not see it arrive."""
+    def vanish(
+        self, dir_id: int, name: bytes, ts: float, moved: bool = False, renamed: bool = False
+    ) -> None:
+        """Deleted, or ``renamed`` to where we did not see it arrive (``moved``: out of the
+        trees for sure)."""
         if self.skip(dir_id, name):
             return
         t = self._take(dir_id, name)
-        self.state.vanish(dir_id, name, ts, self.out, wrote=t is not None and t.wrote, moved=moved)
+        # A name renamed away that was only ever seen renamed in (and not looked at yet) was
+        # not written: no "deleted before measured" for it.  A rename loop with a directory
+        # not watched yet gave one such 0-byte write event per rename.
+        noted = not renamed or (t is not None and (t.wrote or t.change != "moved_in"))
+        wrote = t is not None and t.wrote
+        self.state.vanish(dir_id, name, ts, self.out, wrote=wrote, moved=moved, noted=noted)
 
     def move(self, d1: int, n1: bytes, d2: int, n2: bytes, ts: float, pid: int = 0) -> None:
         """A rename seen at both ends.  Between trees it is a move out of one and into the
@@ -129,7 +137,7 @@ class Touches:
         a, b = state.dirs.get(d1), state.dirs.get(d2)
         if a is None or b is None or a.tree != b.tree:
             if a is not None:
-                self.vanish(d1, n1, ts, moved=True)
+                self.vanish(d1, n1, ts, moved=True, renamed=True)
             if b is not None:
                 self.touch(d2, n2, ts, change="moved_in", pid=pid)
             return

@@ -140,7 +140,7 @@ class FanotifyWatch:
                         # into a directory of a tree we have not registered (gone again by
                         # the time it was resolved, or in a baseline), it is an orphan the
                         # scan that finds it carries, never a move out and a new file.
-                        ops.vanish(a, name, ts, moved=b == OUTSIDE)
+                        ops.vanish(a, name, ts, moved=b == OUTSIDE, renamed=True)
                     elif b >= 0:
                         how = "moved_in" if a == OUTSIDE else "created"
                         ops.touch(b, new_name, ts, change=how, pid=pid)

@@ -5,8 +5,12 @@ One watch per directory, added before the directory is listed (so nothing writte
 listing began is missed).  ``ENOSPC`` (``fs.inotify.max_user_watches`` reached) is counted in
 ``watch_limit_errors``; ``EACCES`` is a ``permission_errors``; what happens to such a directory is the engine's
 choice (fanotify for the tree, or polling).  Renames pair ``IN_MOVED_FROM``/``IN_MOVED_TO`` by
-cookie; a ``MOVED_FROM`` whose pair does not come within the step (or the next, for one read
-at the very end) moved out of the trees.  ``IN_IGNORED`` on a directory we still hold means
+cookie; a ``MOVED_FROM`` whose pair does not come within ``HOLD_SECONDS`` of reads moved
+where no watch saw it arrive (out of the trees, or into a directory not watched yet), and is
+applied before any later event on its name: a held ``MOVED_FROM`` applied after the event that
+gave the name to another file dropped that file (a 1 MiB file renamed back and forth while a
+restart's reconcile watched one directory and not yet the other was forgotten and counted
+again).  ``IN_IGNORED`` on a directory we still hold means
 its watch is gone: if the directory is still there, that is a lost watch (``watch_lost``),
 re-added and the directory rescanned.
 """
@@ -23,7 +27,8 @@ from alarm.collectors.fs.reader import EventReader
 from alarm.collectors.fs.state import Dir, FileState, Output, show
 from alarm.collectors.fs.touches import Touches
 
-HOLD_SECONDS = 0.05  # how long a MOVED_FROM read at the end of a step waits for its pair
+HOLD_SECONDS = 0.05  # how long, in reads, a MOVED_FROM waits for its pair
+MAX_HELD = 4096  # MOVED_FROMs waiting for their pair; beyond it the oldest is applied
 
 
 @dataclass(slots=True)
@@ -46,6 +51,7 @@ class InotifyWatch:
         self.wds: dict[int, int] = {}
         self.reader = EventReader(self.inotify.fd, ino.parse, notify, queue_limit, "fs-inotify")
         self._held: dict[int, tuple[float, int, bytes]] = {}  # cookie -> (ts, dir, name)
+        self._held_names: dict[tuple[int, bytes], int] = {}  # (dir, name) -> its cookie
 
     def start(self) -> None:
         self.reader.start()
@@ -91,6 +97,7 @@ class InotifyWatch:
         state = self.state
         wds = self.wds
         held = self._held  # a MOVED_FROM read at the end of the last step may pair now
+        held_names = self._held_names
         for ts, events in chunks:
             res.last_read = ts
             res.events += len(events)
@@ -120,16 +127,27 @@ class InotifyWatch:
                     continue
                 if not name:
                     continue
-                if held and not mask & (ino.IN_MOVED_FROM | ino.IN_MOVED_TO):
-                    # The kernel queues a rename's two halves back to back: an unpaired
-                    # MOVED_FROM followed by anything else moved out of the trees.
-                    self._release(ops)
+                if held:
+                    if not mask & (ino.IN_MOVED_FROM | ino.IN_MOVED_TO):
+                        # The kernel queues a rename's two halves back to back: an unpaired
+                        # MOVED_FROM followed by anything else moved out of the trees.
+                        self._release(ops)
+                    else:
+                        # Its name taken again (moved in from where no watch is, or
+                        # renamed away again): the earlier rename left first.
+                        waiting = held_names.get((did, name))
+                        if waiting is not None and waiting != cookie:
+                            self._release_one(ops, waiting)
                 if mask & ino.IN_MOVED_FROM:
                     held[cookie] = (ts, did, name)
+                    held_names[(did, name)] = cookie
+                    if len(held) > MAX_HELD:
+                        self._release_one(ops, next(iter(held)))
                     continue
                 if mask & ino.IN_MOVED_TO:
                     src = held.pop(cookie, None) if cookie else None
                     if src is not None:
+                        del held_names[(src[1], src[2])]
                         ops.move(src[1], src[2], did, name, ts)
                     else:
                         ops.touch(did, name, ts, change="moved_in")
@@ -139,24 +157,28 @@ class InotifyWatch:
                     continue
                 if mask & (ino.IN_CREATE | ino.IN_MODIFY | ino.IN_CLOSE_WRITE | ino.IN_ATTRIB):
                     ops.touch(did, name, ts, wrote=bool(mask & ino.IN_MODIFY))
-        # Held while more is queued: its pair, or an overflow that says the pair may be lost,
-        # can be the next event read.
-        if (
-            held
-            and not more
-            and (not chunks or now - max(t for t, _, _ in held.values()) >= HOLD_SECONDS)
-        ):
-            self._release(ops)
+        # Held while its pair, or an overflow that says the pair may be lost, can be the next
+        # event read: while more is queued, or until reads HOLD_SECONDS later did not pair it.
+        if held:
+            last = res.last_read if more else max(now, res.last_read)
+            if not chunks and not more:
+                last = float("inf")
+            for cookie in [c for c, (t, _, _) in held.items() if last - t >= HOLD_SECONDS]:
+                self._release_one(ops, cookie)
         return res, more
 
     def _release(self, ops: Touches) -> None:
-        for ts, did, name in self._held.values():
-            # Moved out of every tree, or into a directory of one not watched yet (found by
-            # its scan, or arriving unpaired in a watched one when it moves on before that
-            # directory's watch exists): inotify cannot tell which, so never "moved out"
-            # for sure; an orphan found again in its tree carries its count.
-            ops.vanish(did, name, ts, moved=False)
-        self._held.clear()
+        for cookie in list(self._held):
+            self._release_one(ops, cookie)
+
+    def _release_one(self, ops: Touches, cookie: int) -> None:
+        ts, did, name = self._held.pop(cookie)
+        del self._held_names[(did, name)]
+        # Moved out of every tree, or into a directory of one not watched yet (found by its
+        # scan, or arriving unpaired in a watched one when it moves on before that
+        # directory's watch exists): inotify cannot tell which, so never "moved out" for
+        # sure; an orphan found again in its tree carries its count.
+        ops.vanish(did, name, ts, renamed=True)
 
     def check_ignored(
         self, ignored: list[int], out: Output, now: float
