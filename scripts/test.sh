@@ -40,13 +40,16 @@ apt_get() {
       rm -f "$err"
       return 0
     fi
-    if grep -qE 'Could not get lock|Unable to lock|Unable to acquire' "$err" && ((SECONDS < deadline)); then
+    # A held lock is said and waited for at least once: SECONDS counts whole seconds, so
+    # a short deadline can pass during the first try (then nothing said why it failed).
+    if grep -qE 'Could not get lock|Unable to lock|Unable to acquire' "$err" \
+      && { ((SECONDS < deadline)) || [[ -z "$said" ]]; }; then
       if [[ -z "$said" ]]; then
         holder="$(grep -m1 -oE 'held by process [0-9]+( \([^)]*\))?' "$err" || true)"
         say "another apt/dpkg holds the package lock${holder:+ ($holder)}; waiting up to ${APT_WAIT}s for it to finish"
         said=1
       fi
-      timeout=$((deadline - SECONDS))
+      timeout=$((deadline > SECONDS ? deadline - SECONDS : 0))
       sleep "$APT_POLL"
       continue
     fi

@@ -100,6 +100,22 @@ def test_apt_gives_up_when_the_lock_stays_held_past_the_deadline(tmp_path):
     assert 2 <= len(calls(tmp_path)) <= 10
 
 
+def test_apt_says_why_it_gave_up_when_the_deadline_passed_during_the_first_try(tmp_path):
+    # CI failed once with only apt's lock error: under load the first try outlived a 1 s
+    # deadline (bash counts whole seconds), and nothing said the lock was waited for or why
+    # it gave up.  A held lock is said and waited for at least once.
+    bindir = fake_apt(tmp_path, locked_calls=10_000)
+    slow = (bindir / "apt-get").read_text().replace("#!/usr/bin/env bash\n", "")
+    tool(bindir, "apt-get", f"[[ -e {tmp_path}/calls ]] || sleep 1.2\n{slow}")
+    res = source_and_run(
+        tmp_path, bindir, "apt_get update -qq", CAPALARM_APT_WAIT="1", CAPALARM_APT_POLL="0.1"
+    )
+    assert res.returncode == 100
+    assert "waiting up to 1s" in res.stderr
+    assert "gave up after 1s: the package lock is still held" in res.stderr
+    assert len(calls(tmp_path)) >= 2
+
+
 def test_apt_fails_at_once_on_any_other_error(tmp_path):
     bindir = fake_apt(tmp_path, locked_calls=0, other_error="E: Unable to locate package nope")
     res = source_and_run(
