@@ -6,6 +6,12 @@ Order is kept per alert: a worker never has two rows of the same order key in fl
 outbox only offers the oldest row of each key.  Different alerts go out in parallel, up to the
 destination's ``concurrency``, so a backlog drains at the receiver's pace, not one round trip
 at a time.
+
+A delivered row whose delete cannot be written (disk full) is not sent again: by this worker,
+which retries the delete after a backoff, nor, after a kill, by the next process, because its
+key is written to the held-changes journal first (exporters/diskfull.py).  A worker that claims
+a row whose key the journal holds counts it delivered and deletes it without sending it; the
+key leaves the journal once that delete has committed.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from alarm import __version__
 from alarm.collectors.registry.sight import shown_url
 from alarm.notify_config import OutboxConfig
 from alarm.retryafter import retry_after as parse_retry_after
+from exporters.diskfull import Journal
 from exporters.outbox import ChannelStats, Outbox, Row, Settle
 
 log = logging.getLogger("capalarm.notify")
@@ -298,6 +305,7 @@ class ChannelWorker:
         concurrency: int,
         max_attempts: int | None,
         memory: MemoryRows,
+        journal: Journal | None = None,
         seed: int | None = None,
     ):
         self.channel = channel
@@ -309,6 +317,7 @@ class ChannelWorker:
         self.concurrency = concurrency
         self.max_attempts = max_attempts
         self.memory = memory
+        self.journal = journal  # where unsettled keys survive a kill (module docstring)
         self._rng = random.Random(seed)
         self._wake = asyncio.Event()
         # Rows claimed ahead, so that a backlog costs one query per batch, not per send.  Safe:
@@ -319,7 +328,8 @@ class ChannelWorker:
         # a round trip to the database thread per send would cost more than the send.
         self._ops: list[Settle] = []
         self._settling: dict[int, str] = {}  # row id -> order key, until its outcome commits
-        self._unacked: set[int] = set()  # delivered, but the delete did not commit (disk full)
+        # Delivered, but the delete did not commit (disk full): row id -> idempotency key.
+        self._unacked: dict[int, str] = {}
         self._flush: asyncio.Task[None] | None = None
         self._retry_lines = LineLimit(" failed attempts")
         self._settle_lines = LineLimit("")
@@ -376,10 +386,14 @@ class ChannelWorker:
                 # Best effort: what was delivered is deleted now rather than sent again later.
                 if self._flush is not None:
                     await asyncio.gather(self._flush, return_exceptions=True)
-                self._ops += [Settle("ack", row_id) for row_id in self._unacked]
+                self._ops += [Settle("ack", i, key=k) for i, k in self._unacked.items()]
                 if self._ops:
-                    with contextlib.suppress(sqlite3.Error):
+                    try:
                         self.outbox.settle(self._ops)
+                    except sqlite3.Error:
+                        self._journal_unsettled(self._ops)
+                    else:
+                        self._journal_settled(self._ops)
 
     async def _idle_delay(self) -> float:
         now = time.time()
@@ -403,8 +417,8 @@ class ChannelWorker:
             except sqlite3.Error as exc:
                 log.error("%s: cannot read the outbox: %s", self.channel.name, exc)
                 claimed = []
-            skip = self._unacked | self._settling.keys()
-            self._buffer.extend(r for r in claimed if r.id not in skip)
+            skip = self._unacked.keys() | self._settling.keys()
+            self._buffer.extend(self._not_delivered(r for r in claimed if r.id not in skip))
         rows: list[Row] = []
         while self._buffer and len(rows) < free:
             rows.append(self._buffer.popleft())
@@ -419,6 +433,43 @@ class ChannelWorker:
                 continue
             rows.append(r)
         return rows
+
+    def _not_delivered(self, rows: Iterable[Row]) -> list[Row]:
+        """``rows`` less those the journal holds as delivered: a killed process (or this
+        channel's previous worker) sent them and could not write their delete.  Each is
+        counted delivered and its delete queued, as if this worker had just sent it."""
+        done = self.journal.delivered_keys() if self.journal is not None else frozenset()
+        if not done:
+            return list(rows)
+        out: list[Row] = []
+        settled = 0
+        now = time.time()
+        for r in rows:
+            if r.idem_key not in done:
+                out.append(r)
+                continue
+            op = self._settle(r, DELIVERED, now)
+            if op is not None:
+                self._ops.append(op)
+                self._settling[r.id] = r.order_key
+                settled += 1
+        if settled:
+            log.warning(
+                "%s: %d notifications were delivered before (their delete could not be "
+                "written): deleted, not sent again",
+                self.channel.name,
+                settled,
+            )
+            self._wake.set()
+        return out
+
+    def _journal_unsettled(self, ops: Iterable[Settle]) -> None:
+        if self.journal is not None:
+            self.journal.unsettled(op.key for op in ops if op.kind == "ack" and op.key)
+
+    def _journal_settled(self, ops: Iterable[Settle]) -> None:
+        if self.journal is not None:
+            self.journal.settled(op.key for op in ops if op.kind == "ack")
 
     async def _deliver(self, session: aiohttp.ClientSession, row: Row) -> None:
         try:
@@ -462,8 +513,8 @@ class ChannelWorker:
         if self._flush is not None and not self._flush.done():
             return
         if self._unacked and time.time() >= self._settle_retry_at:
-            for row_id in self._unacked:
-                self._ops.append(Settle("ack", row_id))
+            for row_id, key in self._unacked.items():
+                self._ops.append(Settle("ack", row_id, key=key))
                 self._settling.setdefault(row_id, "")
             self._unacked.clear()
         if self._ops:
@@ -474,8 +525,11 @@ class ChannelWorker:
         failed = False
         try:
             await self.outbox.call(self.outbox.settle, ops)
+            self._journal_settled(ops)  # committed: only now may their keys leave the journal
         except sqlite3.Error as exc:
             failed = True
+            # First, before the line: a kill -9 from now on must not send these rows again.
+            self._journal_unsettled(ops)
             now = time.time()
             more = self._settle_lines.due(now)
             if more is not None:
@@ -490,7 +544,7 @@ class ChannelWorker:
             # after a backoff (a full disk spun the worker, its writes and this line hundreds
             # of times a second).  A failed retry or dead-letter leaves the row due, so it is
             # simply tried again.
-            self._unacked.update(op.row_id for op in ops if op.kind == "ack")
+            self._unacked.update((op.row_id, op.key) for op in ops if op.kind == "ack")
             self._settle_backoff = min(SETTLE_BACKOFF_MAX, 2.0 * self._settle_backoff or 0.5)
             self._settle_retry_at = now + self._settle_backoff
         finally:
@@ -509,7 +563,7 @@ class ChannelWorker:
             if in_memory:
                 self.memory.delivered(row)
                 return None
-            return Settle("ack", row.id)
+            return Settle("ack", row.id, key=row.idem_key)
         attempts = (self.memory.attempts(row) if in_memory else row.attempts) + 1
         age = now - row.created
         give_up = None

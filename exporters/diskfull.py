@@ -20,8 +20,21 @@ holds exactly as the write that succeeds would have: the alarm resolves, and row
 delivered are not queued again.  (On a copy-on-write file system, btrfs or ZFS, overwriting
 needs free blocks too: there the journal is only as good as the space left.)
 
+A row that *was* stored, delivered, and whose delete could not be written (the disk filled in
+between) is the other way a kill re-pages: the restarted service finds it in the outbox and
+sends it again.  Its worker writes its key to the journal as *unsettled* when that delete
+fails; a worker that claims a row whose key the journal holds (the next process's, or a worker
+started again) counts it delivered and deletes it without sending it, and a key leaves the
+journal only once the write that deletes its row has committed (exporters/delivery.py).  Keys
+whose rows are gone at start are dropped then (``Notifications.__init__``).
+
+Bounded: what does not fit ``JOURNAL_BYTES`` is counted (``lost_keys``, ``lost``) and logged.
+Keys go first, oldest first: a key left out costs a page sent twice after a kill (at least
+once), a held change left out a page never sent.
+
 HeldChanges is not thread-safe by itself: the notifier calls it with its lock held.  The
-journal has a lock of its own (the channels' workers add delivered keys to it).
+journal has a lock of its own: the channels' workers, on the event loop, add delivered and
+unsettled keys to it and settle them, while the pipeline thread writes the held changes.
 """
 
 from __future__ import annotations
@@ -60,17 +73,21 @@ class WriteError:
 
 
 class Journal:
-    """The held changes, the alarm and the keys delivered from memory, in a file allocated at
-    start and overwritten in place (module docstring).  Thread-safe."""
+    """The held changes, the alarm, the keys delivered from memory and the unsettled keys
+    (delivered from the outbox, their delete not written), in a file allocated at start and
+    overwritten in place (module docstring).  Thread-safe."""
 
     def __init__(self, path: Path, size: int = JOURNAL_BYTES):
         self.path = path
         self.size = size
         self.lost = 0  # held changes that did not fit, ever
+        self.lost_keys = 0  # delivered or unsettled keys that did not fit, ever
         self._lock = threading.Lock()
         self._changes: list[dict[str, Any]] = []
         self._error: WriteError | None = None
-        self._delivered: set[str] = set()
+        # Dicts for their order: what does not fit goes oldest first.
+        self._delivered: dict[str, None] = {}
+        self._unsettled: dict[str, None] = {}
         self._fd: int | None = None
         self.saved = self._read()
         try:
@@ -122,32 +139,88 @@ class Journal:
             self._error = error
             self._write()
 
-    def delivered(self, keys: Iterable[str]) -> None:
+    def load(
+        self,
+        changes: list[dict[str, Any]],
+        error: WriteError | None,
+        delivered: Iterable[str],
+        unsettled: Iterable[str],
+    ) -> None:
+        """Take up what the last process left, in one write: a kill between two writes would
+        leave a file without part of it."""
         with self._lock:
-            self._delivered.update(keys)
+            self._changes, self._error = changes, error
+            self._delivered = dict.fromkeys(delivered)
+            self._unsettled = dict.fromkeys(unsettled)
             self._write()
 
+    def delivered(self, keys: Iterable[str]) -> None:
+        """Keys delivered from memory: their rows are not to be stored (cleared by ``clear``)."""
+        with self._lock:
+            self._delivered.update(dict.fromkeys(keys))
+            self._write()
+
+    def unsettled(self, keys: Iterable[str]) -> None:
+        """Keys of stored rows that were delivered but whose delete could not be written."""
+        with self._lock:
+            new = [k for k in keys if k not in self._unsettled]
+            if new:
+                self._unsettled.update(dict.fromkeys(new))
+                self._write()
+
+    def settled(self, keys: Iterable[str]) -> None:
+        """The deletes of these keys' rows have committed (or the rows are gone)."""
+        with self._lock:
+            if not self._unsettled:  # the usual case: one check per settled batch
+                return
+            gone = 0
+            for k in keys:
+                if k in self._unsettled:
+                    del self._unsettled[k]
+                    gone += 1
+            if gone:
+                self._write()
+
+    def delivered_keys(self) -> frozenset[str]:
+        """Every key it holds as delivered, from memory or unsettled: not to be sent again."""
+        with self._lock:
+            if not self._delivered and not self._unsettled:
+                return frozenset()
+            return frozenset(self._delivered.keys() | self._unsettled.keys())
+
+    def unsettled_keys(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._unsettled)
+
     def clear(self) -> None:
-        """Everything it held is in the outbox."""
+        """Everything it held is in the outbox.  Unsettled keys stay: their rows are still
+        there, and only the writes that delete them settle them."""
         with self._lock:
             if self._changes or self._error is not None or self._delivered:
-                self._changes, self._error, self._delivered = [], None, set()
+                self._changes, self._error, self._delivered = [], None, {}
                 self._write()
 
     def _write(self) -> None:
         if self._fd is None:
             return
         body = b""
-        if self._changes or self._error is not None or self._delivered:
+        if self._changes or self._error is not None or self._delivered or self._unsettled:
             changes = self._changes
             while True:
                 doc: dict[str, Any] = {
                     "error": None if self._error is None else dataclasses.asdict(self._error),
                     "changes": changes,
-                    "delivered": sorted(self._delivered),
+                    "delivered": list(self._delivered),
+                    "unsettled": list(self._unsettled),
                 }
                 body = json.dumps(doc, separators=(",", ":"), default=str).encode()
-                if len(body) <= self.size - _HEADER or not changes:
+                over = len(body) - (self.size - _HEADER)
+                if over <= 0:
+                    break
+                if self._delivered or self._unsettled:
+                    self._drop_keys(over)
+                    continue
+                if not changes:
                     break
                 # The oldest go first, as they do from the memory bound.
                 drop = max(1, len(changes) // 10)
@@ -156,6 +229,10 @@ class Journal:
                 log.error(
                     "notifications: %d held changes do not fit the journal %s", drop, self.path
                 )
+        if len(body) > self.size - _HEADER:
+            # Only an error message longer than the journal: never written past the space
+            # allocated, which a full disk would refuse anyway.
+            body = b""
         head = b"%s %d %d" % (_MAGIC, len(body), zlib.crc32(body))
         try:
             if body:
@@ -163,6 +240,24 @@ class Journal:
             os.pwrite(self._fd, head.ljust(_HEADER - 1) + b"\n", 0)
         except OSError as exc:
             log.error("notifications: cannot write the journal %s: %s", self.path, exc)
+
+    def _drop_keys(self, over: int) -> None:
+        """Leave out the oldest keys, about ``over`` bytes of them, delivered-from-memory
+        first (module docstring: keys go before held changes)."""
+        n = 0
+        for keys in (self._delivered, self._unsettled):
+            while keys and over > 0:
+                oldest = next(iter(keys))
+                del keys[oldest]
+                over -= len(oldest) + 3  # the key, its quotes and a comma
+                n += 1
+        self.lost_keys += n
+        log.error(
+            "notifications: %d delivered keys do not fit the journal %s: after a kill their "
+            "notifications may be sent again",
+            n,
+            self.path,
+        )
 
     def close(self) -> None:
         with self._lock:
@@ -186,20 +281,27 @@ class HeldChanges:
 
     def _restore(self, saved: dict[str, Any]) -> None:
         changes = saved.get("changes")
-        delivered = saved.get("delivered")
         error = saved.get("error")
+        delivered = _keys(saved.get("delivered"))
+        unsettled = _keys(saved.get("unsettled"))
         if isinstance(changes, list):
             self.changes = [c for c in changes if isinstance(c, dict) and "fingerprint" in c]
-        if isinstance(delivered, list):
-            self.delivered = {str(k) for k in delivered}
+        self.delivered = set(delivered)
         if isinstance(error, dict):
             with contextlib.suppress(TypeError, ValueError):
                 self.error = WriteError(
                     float(error["since"]), str(error["error"]), str(error.get("cause", ""))
                 )
+        if self.changes or self.error is not None or delivered or unsettled:
+            self.journal.load(self.changes, self.error, delivered, unsettled)
+        if unsettled:
+            # The workers settle them: each row is counted delivered and deleted, not sent.
+            log.warning(
+                "notifications: the last run delivered %d notifications whose delete it could "
+                "not write; they will not be sent again",
+                len(unsettled),
+            )
         if self.changes or self.error is not None or self.delivered:
-            self.journal.held(self.changes, self.error)
-            self.journal.delivered(self.delivered)
             log.warning(
                 "notifications: the last run held %d alert changes it could not store "
                 "(%d delivered from memory); storing them now",
@@ -287,3 +389,8 @@ class HeldChanges:
             figures={"unpersisted_changes": held},
             summary=summary,
         ).to_dict()
+
+
+def _keys(value: Any) -> list[str]:
+    """A list of idempotency keys read back from the journal, in its order."""
+    return [k for k in value if isinstance(k, str)] if isinstance(value, list) else []

@@ -103,6 +103,7 @@ class Notifications:
         self._active = _Active(dests, channel_set(dests, None, self._stats))
         self._lock = threading.Lock()
         self._held = HeldChanges(self.outbox.path)
+        self._forget_gone_rows()
         self._journal_deliveries(self._active.channels)
         # What the event loop owns while run() runs.
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -144,6 +145,21 @@ class Notifications:
             len(dests.destinations),
             len(dests.config.silences),
         )
+
+    def _forget_gone_rows(self) -> None:
+        """Unsettled keys whose rows are no longer queued (their delete committed after all,
+        or a removed destination's rows went to the dead letters) leave the journal at start:
+        nothing is left to keep from being sent, and they would fill it run after run."""
+        journal = self._held.journal
+        keys = journal.unsettled_keys()
+        if not keys:
+            return
+        try:
+            with self.outbox.reading() as tx:
+                queued = tx.queued_keys(keys)
+        except sqlite3.Error:
+            return  # kept: a worker that claims one of their rows settles it
+        journal.settled(keys - queued)
 
     def _journal_deliveries(self, channels: ChannelSet) -> None:
         """A row delivered from memory is written to the held-changes journal at once, so a
@@ -240,7 +256,7 @@ class Notifications:
     # -- delivery (event loop) -------------------------------------------------------------
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._workers = Workers(self.outbox)
+        self._workers = Workers(self.outbox, self._held.journal)
         try:
             self._sync_workers()
             await self._housekeeping()

@@ -37,7 +37,7 @@ import contextlib
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,12 +118,15 @@ class NewRow:
 
 @dataclass(slots=True, frozen=True)
 class Settle:
-    """A delivery outcome to write: 'ack' (delete), 'retry' (at ``at``), 'dead' (at ``at``)."""
+    """A delivery outcome to write: 'ack' (delete), 'retry' (at ``at``), 'dead' (at ``at``).
+    ``key``: the row's idempotency key, for an 'ack' whose write fails (it goes to the
+    held-changes journal, exporters/diskfull.py)."""
 
     kind: str
     row_id: int
     at: float = 0.0
     reason: str = ""
+    key: str = ""
 
 
 @dataclass(slots=True)
@@ -406,6 +409,10 @@ class Transaction:
         return int(
             self.db.execute("DELETE FROM notify_outbox WHERE channel = ?", (channel,)).rowcount
         )
+
+    def queued_keys(self, keys: Collection[str]) -> set[str]:
+        """Which of ``keys`` a queued row has (a scan of the queue: at start only)."""
+        return {k for (k,) in self.db.execute("SELECT idem_key FROM notify_outbox") if k in keys}
 
     def has_pending(self, channel: str, order_key: str) -> bool:
         return (

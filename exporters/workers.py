@@ -26,6 +26,7 @@ from alarm.notify_config import OutboxConfig
 from exporters.channels import ChannelSet
 from exporters.delivery import Channel, ChannelWorker, MemoryRows
 from exporters.destinations import ChannelTarget, DestinationSet
+from exporters.diskfull import Journal
 from exporters.outbox import Outbox
 
 log = logging.getLogger("capalarm.notify")
@@ -51,7 +52,7 @@ class WorkerSettings:
             and (a.timeout, a.concurrency) == (b.timeout, b.concurrency)
         )
 
-    def make(self, outbox: Outbox) -> ChannelWorker:
+    def make(self, outbox: Outbox, journal: Journal | None) -> ChannelWorker:
         d = self.target.destination
         return ChannelWorker(
             self.channel,
@@ -63,6 +64,7 @@ class WorkerSettings:
             concurrency=d.concurrency,
             max_attempts=d.max_attempts,
             memory=self.memory,
+            journal=journal,
         )
 
 
@@ -82,13 +84,15 @@ class _Supervised:
             d = settings.target.destination
             self.worker.update(d.sender, settings.target.target, settings.outbox, d.max_attempts)
 
-    async def run(self, outbox: Outbox, after: asyncio.Task[None] | None) -> None:
+    async def run(
+        self, outbox: Outbox, journal: Journal | None, after: asyncio.Task[None] | None
+    ) -> None:
         if after is not None:
             # The worker this one replaces writes what it delivered before this one claims.
             await asyncio.gather(after, return_exceptions=True)
         failures = 0
         while True:
-            self.worker = self.settings.make(outbox)
+            self.worker = self.settings.make(outbox, journal)
             started = time.monotonic()
             try:
                 await self.worker.run()
@@ -112,8 +116,11 @@ class _Supervised:
 
 
 class Workers:
-    def __init__(self, outbox: Outbox):
+    def __init__(self, outbox: Outbox, journal: Journal | None = None):
+        """``journal``: the held-changes journal, where a worker writes the keys of rows it
+        delivered but could not delete (exporters/diskfull.py)."""
         self.outbox = outbox
+        self.journal = journal
         self._running: dict[str, _Supervised] = {}
         self._retiring: set[asyncio.Task[None]] = set()  # cancelled, still writing outcomes
 
@@ -135,7 +142,9 @@ class Workers:
             old = sup.task if sup is not None else None
             self._retire(old)
             new = _Supervised(settings)
-            new.task = asyncio.create_task(new.run(self.outbox, old), name=f"notify:{name}")
+            new.task = asyncio.create_task(
+                new.run(self.outbox, self.journal, old), name=f"notify:{name}"
+            )
             self._running[name] = new
 
     def _retire(self, task: asyncio.Task[None] | None) -> None:

@@ -3,7 +3,8 @@
 
 Faults (``fail_next``): ``"500"`` answers 500; ``"hang"`` holds the request past the sender's
 timeout (nothing is recorded); ``"garbage"`` writes bytes that are not HTTP and closes the
-connection; ``"4xx"`` answers 422.
+connection; ``"4xx"`` answers 422; ``"wait"`` holds the request until the test sets
+``release``, then accepts it as any other (the send is in flight meanwhile).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Receiver:
     attempted_ids: list[str] = field(default_factory=list)  # every request, accepted or not
     _script: list[str] = field(default_factory=list)
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)  # ends a "wait"
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -70,6 +72,8 @@ class Receiver:
             if fault == "hang":
                 await asyncio.sleep(self.hang_seconds)
                 return web.Response(status=503)
+            if fault == "wait":
+                await self.release.wait()
             if fault == "garbage":
                 assert request.transport is not None
                 request.transport.write(b"\x00\xffnot http at all\r\n\r\n")
