@@ -72,6 +72,24 @@ def test_a_patient_writer_on_a_quiet_surface_pages_within_three_days_before_64_k
     assert "days before yesterday" in first.summary
 
 
+def test_a_session_on_a_weekday_that_had_none_is_no_drift():
+    """Sessions on Mondays, Wednesdays and Fridays for three weeks, then one of the same size
+    on a Tuesday.  The drift rule's weekday statistic held a weekday whose kept days were all
+    empty to its margin (1 KiB) however widely the surface's days vary, and paged the session:
+    48 drift pages in five weeks of 60 session-based sandboxes.  Its threshold is now as many
+    spreads above the largest in the log scale the spread is measured in."""
+    rng = np.random.default_rng(11)
+    det = detector([{"name": "sandbox", "kind": "fs"}])
+    nbytes = np.zeros(4 * WEEK)
+    for day in range(28):
+        if day % 7 in (0, 2, 4) or day == 22:  # T0 is a Monday: day 22 is a Tuesday
+            start = day * DAY + 10 * HOUR
+            sizes = rng.lognormal(np.log(3000), 0.4, HOUR)
+            nbytes[start : start + HOUR] = np.where(rng.random(HOUR) < 0.3, sizes, 0)
+    fired = [(round(t / DAY, 1), c.rule) for t, c in replay(det, np.round(nbytes))]
+    assert not [f for f in fired if f[1] == "drift"], fired
+
+
 def test_a_secret_written_into_a_surface_dormant_for_a_week_pages():
     rng = np.random.default_rng(2)
     det = detector([{"name": "cache", "kind": "fs"}])

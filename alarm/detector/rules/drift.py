@@ -25,8 +25,11 @@ weeks kept: above the largest of those days times ``exp(4 x spread)``, the sprea
 of a day's log total about its weekday's mean over every weekday kept (at least 0.05, so at
 least 22 % above the largest).  A surface whose days vary widely (sessions, a fortnightly
 job) has a wide spread and is judged loosely; a proxy whose days repeat within a few percent
-is judged tightly.  Judged with two same weekdays kept and six days beyond one per weekday.  A day's growth that the surface's own largest day already reached twice
-over is not drift; a weekly job's day is among the days kept.
+is judged tightly.  Judged with two same weekdays kept, every one of them written, and six
+days beyond one per weekday: a surface that works on some weeks' Tuesdays and not others'
+(sessions) has no regular Tuesday to be judged against, only the day statistic.  A day's
+growth that the surface's own largest day already reached twice over is not drift; a weekly
+job's day is among the days kept.
 """
 
 from __future__ import annotations
@@ -171,8 +174,17 @@ class DriftRule(Rule):
         spread = np.maximum(spread, WEEKDAY_SPREAD_FLOOR)
         same = lived & (weekday == today % 7)[:, None]
         largest = np.where(same, daily[:WEEKDAY_QUANTITIES], 0.0).max(axis=1, initial=0.0)
-        threshold = largest * np.exp(SPREADS * spread) + MARGIN[:WEEKDAY_QUANTITIES, None]
+        # Judged where the surface wrote on every one of its kept same weekdays: the statistic
+        # is for surfaces whose days are regular.  One that works some weeks' Tuesdays and not
+        # others' (sessions) is judged by the day statistic; held to the margin on a weekday
+        # whose kept days were empty, it paged an ordinary session (48 drift pages in five
+        # weeks of 60 session-based sandboxes).
+        smallest = np.where(same, daily[:WEEKDAY_QUANTITIES], np.inf).min(axis=1, initial=np.inf)
+        # SPREADS spreads above the largest, in the log1p scale the spread is measured in.
+        threshold = np.expm1(np.log1p(largest) + SPREADS * spread)
+        threshold += MARGIN[:WEEKDAY_QUANTITIES, None]
         judged = (same.sum(axis=0) >= WEEKDAY_MIN) & (dof >= WEEKDAY_MIN_DOF) & self.enabled
+        judged = judged & (smallest > 0)
         return np.where(judged, threshold, np.inf)
 
     def describe(self, row: int) -> tuple[float, float, str, dict[str, Any]]:
