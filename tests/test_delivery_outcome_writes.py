@@ -1,7 +1,8 @@
 """A delivery whose outcome cannot be written (a full disk, a locked database): the worker
 retries the write after a backoff, logs it at most every WARN_EVERY, and never sends the row
-again, from this process or (its key in the held-changes journal) the next.  Before, each failed write woke the worker at once: hundreds of
-writes and log lines a second for as long as the disk stayed full."""
+again, from this process or (its key in the held-changes journal) the next.  Before, each
+failed write woke the worker at once: hundreds of writes and log lines a second for as long
+as the disk stayed full."""
 
 from __future__ import annotations
 
@@ -20,38 +21,45 @@ from tests.fakes.receiver import Receiver
 from tests.fakes.server import serve
 
 
-async def test_a_failing_outcome_write_backs_off_and_the_row_goes_out_once(
-    tmp_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-):
+def full_disk(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Outcome writes fail while ``on`` (1), counted in ``failed``."""
     real_settle = Outbox.settle
-    calls = {"failed": 0}
-    full = {"on": True}
+    full = {"on": 1, "failed": 0}
 
     def settle(self, ops):
         if full["on"]:
-            calls["failed"] += 1
+            full["failed"] += 1
             raise sqlite3.OperationalError("database or disk is full")
         return real_settle(self, ops)
 
     monkeypatch.setattr(Outbox, "settle", settle)
+    return full
+
+
+def webhook(port: int) -> dict[str, Any]:
+    return {
+        "destinations": [{"type": "webhook", "name": "w", "url": f"http://127.0.0.1:{port}/hook"}]
+    }
+
+
+async def test_a_failing_outcome_write_backs_off_and_the_row_goes_out_once(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    full = full_disk(monkeypatch)
     rx = Receiver()
     caplog.set_level(logging.ERROR, logger="capalarm")
     async with serve(rx.app()) as srv:
-        cfg = {
-            "destinations": [
-                {"type": "webhook", "name": "w", "url": f"http://127.0.0.1:{srv.port}/hook"}
-            ]
-        }
+        cfg = webhook(srv.port)
         async with running_notifications(tmp_path, cfg) as n:
             await record(n, change("s1"))
             await wait_for(lambda: len(rx.received) == 1)
-            await wait_for(lambda: calls["failed"] >= 1)
+            await wait_for(lambda: full["failed"] >= 1)
             await asyncio.sleep(4.0)
             # 0.5, 1, 2 s of backoff: a handful of writes in 4 s, not hundreds.
-            assert calls["failed"] <= 6, calls
+            assert full["failed"] <= 6, full
             lines = [r for r in caplog.records if "cannot record" in r.getMessage()]
             assert len(lines) == 1, [r.getMessage() for r in lines]
-            full["on"] = False
+            full["on"] = 0
             (ch,) = n.views
             await wait_for(lambda: ch.queue_depth == 0, timeout=20)
             assert len(rx.received) == 1  # delivered once, its outcome written late
@@ -71,29 +79,17 @@ async def test_an_unwritten_delete_is_journaled_and_the_next_process_does_not_se
     tmpfs): the key of a row delivered whose delete failed, at shutdown too, is in the
     held-changes journal; a process started on the same directory, its outbox writable again,
     counts the row delivered and deletes it without sending it."""
-    real_settle = Outbox.settle
-    full = {"on": True}
-
-    def settle(self, ops):
-        if full["on"]:
-            raise sqlite3.OperationalError("database or disk is full")
-        return real_settle(self, ops)
-
-    monkeypatch.setattr(Outbox, "settle", settle)
+    full = full_disk(monkeypatch)
     rx = Receiver()
     async with serve(rx.app()) as srv:
-        cfg = {
-            "destinations": [
-                {"type": "webhook", "name": "w", "url": f"http://127.0.0.1:{srv.port}/hook"}
-            ]
-        }
+        cfg = webhook(srv.port)
         async with running_notifications(tmp_path, cfg) as n:
             await record(n, change("s1"))
             await wait_for(lambda: len(rx.received) == 1)
             await wait_for(lambda: journaled(tmp_path).get("unsettled"))
         # Stopped with the delete still unwritten: the row is in the outbox, as after a kill.
         assert journaled(tmp_path)["unsettled"] == [rx.ids()[0].removeprefix("msg_")]
-        full["on"] = False
+        full["on"] = 0
         async with running_notifications(tmp_path, cfg) as n:
             (ch,) = n.views
             await wait_for(lambda: ch.queue_depth == 0 and ch.sent == 1)

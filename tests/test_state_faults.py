@@ -81,6 +81,18 @@ async def settled(port: int) -> bool:
     return idle and quiet and body["outbox"].get("write_error") in (None, "")
 
 
+async def until_settled(rx: Receiver, port: int, stderr: Path) -> None:
+    """Until whatever paged is resolved and every channel is idle (else the API's view and
+    the log's tail in the error)."""
+    try:
+        for rule in {k[0] for k in pages(rx)}:
+            await wait_for(lambda r=rule: got(rx, r, "resolved"), timeout=30)
+        await wait_for(lambda: settled(port), timeout=30)
+    except AssertionError:
+        body = await api(port)
+        raise AssertionError(f"not settled: {body}\n{stderr.read_text()[-3000:]}") from None
+
+
 async def test_disk_full_then_kill_9_then_room_again_pages_once_and_closes_everything(tmp_path):
     port = free_port()
     kern = tmp_path / "kern.log"
@@ -103,18 +115,10 @@ async def test_disk_full_then_kill_9_then_room_again_pages_once_and_closes_every
             filler.unlink()
 
             async with capalarm(config, port, stderr) as proc:
-                try:
-                    # Whatever fired is resolved: the page, the outbox's alarm, and the state
-                    # save's if a save failed too (a save may still fit in the WAL file's
-                    # pages when the outbox's write did not).
-                    for rule in {k[0] for k in pages(rx)}:
-                        await wait_for(lambda r=rule: got(rx, r, "resolved"), timeout=30)
-                    await wait_for(lambda: settled(port), timeout=30)
-                except AssertionError:
-                    body = await api(port)
-                    raise AssertionError(
-                        f"not settled: {body}\n{stderr.read_text()[-3000:]}"
-                    ) from None
+                # Whatever fired is resolved: the page, the outbox's alarm, and the state
+                # save's if a save failed too (a save may still fit in the WAL file's pages
+                # when the outbox's write did not).
+                await until_settled(rx, port, stderr)
                 after = await counted(port)
                 await asyncio.sleep(1.5)  # anything still to come would come now
 
@@ -183,15 +187,7 @@ async def test_a_page_whose_delete_cannot_be_written_is_not_sent_again_after_kil
             filler.unlink()
 
             async with capalarm(config, port, stderr):
-                try:
-                    for rule in {k[0] for k in pages(rx)}:
-                        await wait_for(lambda r=rule: got(rx, r, "resolved"), timeout=30)
-                    await wait_for(lambda: settled(port), timeout=30)
-                except AssertionError:
-                    body = await api(port)
-                    raise AssertionError(
-                        f"not settled: {body}\n{stderr.read_text()[-3000:]}"
-                    ) from None
+                await until_settled(rx, port, stderr)
                 await asyncio.sleep(1.5)  # anything still to come would come now
 
     log = stderr.read_text()
@@ -252,13 +248,7 @@ async def test_a_lock_held_by_another_process_delays_no_page_and_stops_no_tick(t
             finally:
                 await asyncio.to_thread(holder.wait, HOLD + 10)  # the receiver runs on this loop
             assert still_held, "the lock was released before the checks: the test proves nothing"
-            try:
-                for rule in {k[0] for k in pages(rx)}:
-                    await wait_for(lambda r=rule: got(rx, r, "resolved"), timeout=30)
-                await wait_for(lambda: settled(port), timeout=30)
-            except AssertionError:
-                body = await api(port)
-                raise AssertionError(f"not settled: {body}\n{stderr.read_text()[-3000:]}") from None
+            await until_settled(rx, port, stderr)
             total = await counted(port)
             await asyncio.sleep(1.5)  # anything still to come would come now
 
