@@ -1,7 +1,7 @@
 /* The detector's per-row loops: the one numeric definition of the tails' incidents and fit,
- * the size level, the seasonal level's prediction and learning, the budget bank's envelopes
- * and sums (called by the whole tick, _whole_tick.c, through _fused.h), and of the beacon
- * and duty rules (called from rules/beacon.py and rules/duty.py).
+ * the size level, the seasonal level's prediction and learning, the budget bank's modes,
+ * envelopes and sums (called by the whole tick, _whole_tick.c, through _fused.h), and of the
+ * beacon and duty rules (called from rules/beacon.py and rules/duty.py).
  *
  * The loops do their float operations in the order and precision the numpy code they
  * replaced did (float32 where its profiles are float32), built with -ffp-contract=off: a
@@ -138,45 +138,68 @@ INTERNAL void size_loop(Py_ssize_t n, const double *restrict x, const uint8_t *r
 }
 
 /* One horizon of BudgetBank's per-cell pass (the cells of one horizon, and the running
- * maxima over the horizons of each row). */
+ * maxima over the horizons of each row): each cell's mode (BudgetBank._build_modes: a
+ * declared budget, one that follows the envelope, a horizon that is off or padding), then its
+ * envelope and sums.  ``learning``, ``misconfigured`` and ``derived`` are per row, the rest
+ * per cell. */
 SIMD_CLONES
 INTERNAL void budget_loop(Py_ssize_t n, const double *restrict bits, const double *restrict mean,
-                        const double *restrict rise_floor, const double *restrict k_floor,
-                        const double *restrict allowance_floor,
-                        const double *restrict tolerance_floor,
-                        const double *restrict margin_seconds,
+                        const uint8_t *restrict learning, const uint8_t *restrict misconfigured,
+                        const uint8_t *restrict derived, const uint8_t *restrict fitted,
                         const double *restrict declared_allowance,
                         const double *restrict declared_tolerance,
-                        const uint8_t *restrict declared, const uint8_t *restrict following,
+                        const double *restrict floor_allowance,
+                        const double *restrict floor_tolerance, const int64_t *restrict window,
                         double seconds, double forget, double rise, double margin,
-                        double *restrict envelope, double *restrict follow_excess,
-                        double *restrict excess, double *restrict last_step,
-                        double *restrict allowance, double *restrict tolerance,
-                        double *restrict inv_tolerance, double *restrict projected,
-                        double *restrict ratio) {
+                        double margin_windows, double *restrict envelope,
+                        double *restrict follow_excess, double *restrict excess,
+                        double *restrict last_step, double *restrict allowance,
+                        double *restrict tolerance, double *restrict inv_tolerance,
+                        double *restrict projected, double *restrict ratio) {
     for (Py_ssize_t i = 0; i < n; i++) {
+        /* The cell's mode. */
+        const uint8_t mis = misconfigured[i] & 1, lrn = learning[i] & 1;
+        const uint8_t der = derived[i] & 1, fit = fitted[i] & 1;
+        const uint8_t follows = der | mis;
+        const uint8_t following = follows & fit & (lrn ^ 1);
+        const double dallow = declared_allowance[i], dtol = declared_tolerance[i];
+        const double fallow = floor_allowance[i], ftol = floor_tolerance[i];
+        const uint8_t padding = !isfinite(dallow);
+        const double kf = mis ? max_d(fallow, dallow) : fallow;
+        const double k_floor = padding ? INFINITY : kf;
+        const double settled_floor = fallow / margin; /* both sides: a blend, not a branch */
+        const double rise_floor = lrn ? INFINITY : settled_floor;
+        const uint8_t off = der & (fit ^ 1) & (lrn ^ 1);
+        double allowance_floor = off ? INFINITY : dallow;
+        allowance_floor = following ? -INFINITY : allowance_floor;
+        const double followed_floor = mis ? max_d(ftol, dtol) : ftol;
+        const double tolerance_floor = following ? followed_floor : dtol;
+        /* A window is at most a week of ticks of 50 ms or more (rules/budget.py, config.py),
+         * far below 2^31: through int32, which SSE and AVX2 convert in vectors (not int64). */
+        const double margin_seconds = margin_windows * (double)narrow(window[i]) * seconds;
+        const uint8_t declared = (follows ^ 1) & (padding ^ 1);
+        /* Its envelope and sums. */
         const double b = bits[i];
         const double env = envelope[i];
         double grown = max_d(env * forget, mean[i]);
-        const double capped = max_d(env * rise, rise_floor[i]);
+        const double capped = max_d(env * rise, rise_floor);
         grown = min_d(grown, capped);
         envelope[i] = grown;
-        const double k = max_d(margin * grown, k_floor[i]);
+        const double k = max_d(margin * grown, k_floor);
         const double followed = follow_excess[i];
         double fe = followed + b;
         fe -= k * seconds;
         follow_excess[i] = max_d(fe, 0.0);
-        double allow = max_d(allowance_floor[i], k);
-        double tol = max_d(allow * margin_seconds[i], tolerance_floor[i]);
-        const uint8_t dec = declared[i] & 1;
-        allow = dec ? declared_allowance[i] : allow;
-        tol = dec ? declared_tolerance[i] : tol;
+        double allow = max_d(allowance_floor, k);
+        double tol = max_d(allow * margin_seconds, tolerance_floor);
+        allow = declared ? dallow : allow;
+        tol = declared ? dtol : tol;
         const double inv = 1.0 / tol;
         allowance[i] = allow;
         tolerance[i] = tol;
         inv_tolerance[i] = inv;
         const double held = excess[i];
-        const double before = (following[i] & 1) ? followed : held;
+        const double before = following ? followed : held;
         double after = before + b;
         after -= allow * seconds;
         after = max_d(after, 0.0);

@@ -41,10 +41,6 @@ enum { LEN_N, LEN_M, LEN_A, LEN_2N, LEN_3N, LEN_HN, LEN_2HN, LEN_24N, LEN_96N, L
     X(PROJ, "projected", 8, LEN_N) X(BRATIO, "budget_ratio", 8, LEN_N)                        \
     X(BBREACH, "budget_breach", 1, LEN_N) X(LEARNING, "learning", 1, LEN_N)                   \
     X(REL_PROJ, "relative.projected", 8, LEN_N) X(REL_RATIO, "relative.ratio", 8, LEN_N)      \
-    X(RISE_FLOOR, "rise_floor", 8, LEN_HN) X(K_FLOOR, "k_floor", 8, LEN_HN)                   \
-    X(A_FLOOR, "allowance_floor", 8, LEN_HN) X(T_FLOOR, "tolerance_floor", 8, LEN_HN)         \
-    X(MARGIN_S, "margin_seconds", 8, LEN_HN) X(DECLARED, "declared", 1, LEN_HN)               \
-    X(FOLLOWING, "following", 1, LEN_HN)                                                       \
     X(T_JUDGED, "tail_judged", 1, LEN_3N)                                                      \
     X(T_BREACH, "tail_breach", 1, LEN_3N) X(T_ENDED, "tail_ended", 1, LEN_3N)                 \
     X(W_JUDGED, "swarm_tail_judged", 1, LEN_A) X(W_BREACH, "swarm_tail_breach", 1, LEN_A)    \
@@ -470,30 +466,46 @@ static void budgets(TickObject *t, double seconds) {
         any_learning |= learning[i];
         age[i] += seconds;
     }
-    for (Py_ssize_t k = 0; k < 2 * t->h; k++)
-        for (Py_ssize_t i = 0; i < n; i++) wb[k * n + i] += bits[i];
-    for (Py_ssize_t c = 0; c < hn; c++) {
-        const Py_ssize_t i = c % n;
-        const int64_t ticks = (int64_t)nearbyint(age[i] / seconds);
-        const int64_t w = window[c];
-        const int64_t phase = ticks % w;
-        const int64_t off[2] = {phase, (phase + w / 2) % w};
-        const int64_t fl = (double)w * seconds >= t->c.settled_window ? w - w / 2 : 1;
-        double settled = -INFINITY, so_far = -INFINITY;
-        for (int k = 0; k < 2; k++) {
-            const int64_t held = off[k] == 0 ? w : off[k];
-            const double bk = wb[k * hn + c];
-            settled = max_d(settled, bk / ((double)(held >= fl ? held : fl) * seconds));
-            so_far = max_d(so_far, bk / ((double)held * seconds));
+    /* The windows' means, cell by cell, each horizon's cells in row order.  A cell's phase in
+     * its windows needs the row's whole ticks of age and the cell's window, two 64-bit
+     * divisions and a third of the float's: rows of one age and cells of one window (a fleet
+     * declared at once, a kind's default horizons) share them, so they are computed again
+     * only where the age or the window differs from the cell before, not once a cell. */
+    for (Py_ssize_t h = 0; h < t->h; h++) {
+        double last_age = NAN; /* equal to no age: the first cell computes */
+        int64_t last_w = 0, off[2] = {0, 0};
+        double full[2] = {0, 0}, part[2] = {0, 0}; /* settled's and so_far's divisors */
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const Py_ssize_t c = h * n + i;
+            const int64_t w = window[c];
+            if (age[i] != last_age || w != last_w) {
+                last_age = age[i];
+                last_w = w;
+                const int64_t ticks = (int64_t)nearbyint(age[i] / seconds);
+                const int64_t phase = ticks % w;
+                off[0] = phase;
+                off[1] = (phase + w / 2) % w;
+                const int64_t fl = (double)w * seconds >= t->c.settled_window ? w - w / 2 : 1;
+                for (int k = 0; k < 2; k++) {
+                    const int64_t held = off[k] == 0 ? w : off[k];
+                    full[k] = (double)(held >= fl ? held : fl) * seconds;
+                    part[k] = (double)held * seconds;
+                }
+            }
+            /* The tick's bits join both windows, which start again after a closing one. */
+            const double b0 = wb[c] + bits[i], b1 = wb[hn + c] + bits[i];
+            wb[c] = off[0] == 0 ? 0.0 : b0;
+            wb[hn + c] = off[1] == 0 ? 0.0 : b1;
+            const double settled = max_d(max_d(-INFINITY, b0 / full[0]), b1 / full[1]);
+            if (any_learning) {
+                senv[c] = max_d(senv[c] * t->c.forget, settled);
+                /* A learning row's mean includes the windows' first ticks. */
+                mean[c] = learning[i] ? max_d(max_d(-INFINITY, b0 / part[0]), b1 / part[1])
+                                      : settled;
+            } else {
+                mean[c] = settled;
+            }
         }
-        if (any_learning) {
-            senv[c] = max_d(senv[c] * t->c.forget, settled);
-            mean[c] = learning[i] ? so_far : settled;
-        } else {
-            mean[c] = settled;
-        }
-        for (int k = 0; k < 2; k++)
-            if (off[k] == 0) wb[k * hn + c] = 0.0;
     }
     /* Rows that stop learning keep the envelope of windows at least half full. */
     double *env = D(B_ENV);
@@ -507,36 +519,17 @@ static void budgets(TickObject *t, double seconds) {
         }
         learning[i] = now_learning;
     }
-    /* Each cell's mode (BudgetBank._build_modes). */
+    /* Each horizon's cells: their modes, envelopes and sums (budget_loop). */
     const uint8_t *misc = B(B_MISC), *derived = B(B_DERIVED), *fitted = B(B_FITTED);
     const double *dallow = D(B_DALLOW), *dtol = D(B_DTOL), *fallow = D(B_FALLOW),
                  *ftol = D(B_FTOL);
-    double *rise_floor = D(RISE_FLOOR), *k_floor = D(K_FLOOR), *a_floor = D(A_FLOOR),
-           *t_floor = D(T_FLOOR), *margin_s = D(MARGIN_S);
-    uint8_t *declared = B(DECLARED), *following = B(FOLLOWING);
-    for (Py_ssize_t c = 0; c < hn; c++) {
-        const Py_ssize_t i = c % n;
-        const uint8_t mis = misc[i] & 1, lrn = learning[i];
-        const uint8_t follows = (derived[i] & 1) | mis;
-        const uint8_t fol = follows & (fitted[c] & 1) & (lrn ^ 1);
-        const uint8_t padding = !isfinite(dallow[c]);
-        following[c] = fol;
-        double kf = mis ? max_d(fallow[c], dallow[c]) : fallow[c];
-        k_floor[c] = padding ? INFINITY : kf;
-        rise_floor[c] = lrn ? INFINITY : fallow[c] / t->c.envelope_margin;
-        const uint8_t off = (derived[i] & 1) & ((fitted[c] & 1) ^ 1) & (lrn ^ 1);
-        a_floor[c] = fol ? -INFINITY : (off ? INFINITY : dallow[c]);
-        t_floor[c] = fol ? (mis ? max_d(ftol[c], dtol[c]) : ftol[c]) : dtol[c];
-        margin_s[c] = t->c.margin_windows * (double)window[c] * seconds;
-        declared[c] = (follows ^ 1) & (padding ^ 1);
-    }
     double *proj = D(PROJ), *ratio = D(BRATIO);
     for (Py_ssize_t i = 0; i < n; i++) proj[i] = ratio[i] = -INFINITY;
     for (Py_ssize_t h = 0; h < t->h; h++) {
         const Py_ssize_t c = h * n;
-        budget_loop(n, bits, mean + c, rise_floor + c, k_floor + c, a_floor + c, t_floor + c,
-                    margin_s + c, dallow + c, dtol + c, declared + c, following + c, seconds,
-                    t->c.forget, t->c.rise, t->c.envelope_margin, env + c, D(B_FOLLOW) + c,
+        budget_loop(n, bits, mean + c, learning, misc, derived, fitted + c, dallow + c,
+                    dtol + c, fallow + c, ftol + c, window + c, seconds, t->c.forget, t->c.rise,
+                    t->c.envelope_margin, t->c.margin_windows, env + c, D(B_FOLLOW) + c,
                     D(B_EXCESS) + c, D(B_LAST) + c, D(B_ALLOW) + c, D(B_TOL) + c,
                     D(B_INVTOL) + c, proj, ratio);
     }

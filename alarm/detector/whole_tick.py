@@ -36,7 +36,7 @@ class WholeTick:
         rows: int,
     ):
         n, a = rows, len(aggregate_of)
-        f32, f64 = np.float32, np.float64
+        f32 = np.float32
         self.columns = np.zeros((3, n))  # bytes, events, capacity bits of the tick
         self.rate = np.zeros(n)
         self.events_rate = np.zeros(n)
@@ -81,17 +81,12 @@ class WholeTick:
             "relative.projected": self.relative_projected,
             "relative.ratio": self.relative_ratio,
             "learning": np.zeros(n, dtype=bool),
-            "declared": np.zeros(cells, dtype=bool),
-            "following": np.zeros(cells, dtype=bool),
             "tail_judged": np.zeros(3 * n, dtype=bool),
             "tail_breach": np.zeros(3 * n, dtype=bool),
             "swarm_tail_judged": np.zeros(a, dtype=bool),
             "swarm_tail_breach": np.zeros(a, dtype=bool),
             "mask": np.zeros(n, dtype=bool),
         }
-        for name in ("rise_floor", "k_floor", "allowance_floor", "tolerance_floor"):
-            buffers[name] = np.zeros(cells, dtype=f64)
-        buffers["margin_seconds"] = np.zeros(cells, dtype=f64)
         self._held = {**arrays, **buffers}  # what the native object reads and writes
         # numpy's exp and logs, in place, for the native object to call between its passes.
         calls = (

@@ -51,8 +51,9 @@ from alarm.settings import parse_duration
 #   calibrated, while a minute's envelope cannot know a cache's next warm-up.
 #
 # One numeric definition: a tick of the budgets is ``budgets`` in alarm/detector/_whole_tick.c
-# (the windows' means, each cell's mode, then ``budget_loop`` of _fused.c per horizon), run by
-# the whole native tick; this module holds the budgets' settings, state and figures.
+# (the windows' means, then ``budget_loop`` of _fused.c per horizon: each cell's mode, envelope
+# and sums), run by the whole native tick; this module holds the budgets' settings, state and
+# figures.
 #
 # A declared budget that fires on a surface's ordinary traffic for more than
 # ``MISCONFIGURED_SECONDS`` is reported as misconfigured (``misconfigured``) and from then on
