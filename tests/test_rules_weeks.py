@@ -179,6 +179,44 @@ def test_many_members_each_writing_an_ordinary_write_in_one_hour_page_once_on_th
     assert page["members_active"] > page["members_active_threshold"] >= 4
 
 
+def sessions(rng: np.random.Generator, weeks: int, sizes: np.ndarray) -> np.ndarray:
+    """Sandboxes that work in sessions: on 40 % of weekdays (5 % of weekend days) one or two
+    of 30-120 minutes between 08:00 and 20:00, writing in 30 % of their ticks at their own
+    size.  Most hours few of them write (median 0, at most about 16 of 60)."""
+    n = len(sizes)
+    nbytes = np.zeros((weeks * WEEK, n))
+    for day in range(weeks * 7):
+        p = 0.05 if day % 7 >= 5 else 0.4  # T0 is a Monday
+        for i in range(n):
+            for _ in range(rng.integers(1, 3)):
+                if rng.random() < p:
+                    start = day * DAY + int(rng.uniform(8, 18) * HOUR)
+                    span = slice(start, start + int(rng.uniform(0.5, 2.0) * HOUR))
+                    k = span.stop - span.start
+                    writes = rng.random(k) < 0.3
+                    nbytes[span, i] += np.where(writes, sizes[i] * rng.lognormal(0, 0.4, k), 0)
+    return np.round(nbytes)
+
+
+def test_a_swarm_at_a_working_hour_of_session_based_sandboxes_pages_on_the_aggregate():
+    """The issue's swarm in a fleet with weeks in it: 42 of 60 session-based sandboxes each
+    write three ordinary writes in one Wednesday afternoon hour, when a handful are at work.
+    Five benign weeks page the members rule at most twice (its first weeks at an hour)."""
+    rng = np.random.default_rng(12)
+    n, weeks = 60, 5
+    sizes = rng.lognormal(np.log(3000), 1.0, n)
+    det = detector([{"name": f"sandbox-{i:02d}", "kind": "fs"} for i in range(n)])
+    benign = [c for _, c in replay(det, sessions(rng, weeks, sizes)) if c.rule == "members"]
+    assert len(benign) <= 2, [(c.at, c.figures) for c in benign]
+    when = weeks * WEEK + 2 * DAY + 14 * HOUR
+    replay(det, np.zeros((when - weeks * WEEK, n)), start=weeks * WEEK)
+    swarm = np.zeros((HOUR, n))
+    for i in rng.choice(n, 42, replace=False):
+        swarm[rng.choice(HOUR, 3, replace=False), i] = round(sizes[i])
+    fired = [c for _, c in replay(det, swarm, start=when) if c.rule == "members"]
+    assert [c.target for c in fired] == ["(all)"]
+
+
 def test_what_the_ledger_learnt_survives_a_restart():
     """A weekly job learnt over three weeks, the detector saved and rebuilt from its state:
     the fourth run is still folded."""
