@@ -585,7 +585,8 @@ static PyObject *do_rules(TickObject *t, double now, double tick) {
     const double *t_age = D(T_AGE), *t_mins = D(T_MINS), *t_z = D(T_Z);
     const uint8_t *s_enabled = B(S_ENABLED);
     const double *s_floor = D(S_FLOOR), *absolute = D(ABSOLUTE), *log_hyst = D(LOG_HYST);
-    const int64_t *sz_age = I64(SZ_AGE);
+    const int64_t *sz_age = I64(SZ_AGE), *sz_count = I64(SZ_COUNT);
+    uint8_t *tj = B(T_JUDGED), *tb = B(T_BREACH);
     for (Py_ssize_t i = 0; i < n; i++) {
         size_level[i] = sz_hour_n[i] >= (uint32_t)t->c.size_ready ? (double)sz_hour[i] : overall[i];
         resid[i] = log_bytes[i] - size_level[i];
@@ -611,6 +612,15 @@ static PyObject *do_rules(TickObject *t, double now, double tick) {
         breach[i] = ((worst > 0) & (fast >= s_floor[i])) | (rate[i] > absolute[i]);
         clear[i] = (worst <= log_hyst[i]) & (rate[i] <= absolute[i]);
         settled[i] = (double)sz_age[i] * tick >= t->c.warmup_seconds;
+        /* The spike tails' learning masks (SpikeModel.learn), from this judgement, while the
+         * row's figures are at hand (nothing below changes them). */
+        for (int s = 0; s < 3; s++) {
+            const Py_ssize_t c = s * n + i;
+            uint8_t jd = judged[c] & settled[i];
+            if (s == 0) jd &= sz_count[i] >= (int64_t)t->c.size_ready;
+            tj[c] = jd;
+            tb[c] = jd & (resid[c] > thresh[c]);
+        }
     }
     /* The budgets: the absolute horizons, and the seasonal (relative) budget's projection
      * and ratio, which Python (rules/budget.py's RelativeBank) wrote before this call where
@@ -673,17 +683,6 @@ static PyObject *do_rules(TickObject *t, double now, double tick) {
             w_breach[j] = w_judged[j] & (score[j] > z);
         }
     }
-    /* The spike tails' learning masks (SpikeModel.learn), from this tick's judgement. */
-    uint8_t *tj = B(T_JUDGED), *tb = B(T_BREACH);
-    const int64_t *sz_count = I64(SZ_COUNT);
-    for (int s = 0; s < 3; s++)
-        for (Py_ssize_t i = 0; i < n; i++) {
-            const Py_ssize_t c = s * n + i;
-            uint8_t jd = judged[c] & settled[i];
-            if (s == 0) jd &= sz_count[i] >= (int64_t)t->c.size_ready;
-            tj[c] = jd;
-            tb[c] = jd & (resid[c] > thresh[c]);
-        }
 
     PyObject *changes = PyList_New(0);
     if (!changes) return NULL;
