@@ -336,7 +336,7 @@ class Pipeline:
                 recent = True
             nbytes, events, capacity = cells.sums(n)  # the rows of one (3, n) array
             result, recent = self._evaluate(
-                (index + 1) * self.tick, nbytes, events, capacity, health, quiet, recent
+                (index + 1) * self.tick, nbytes, events, capacity, health, quiet, recent, now
             )
             results.append(result)
         return results
@@ -364,9 +364,11 @@ class Pipeline:
         health: Mapping[str, SourceHealth],
         quiet: bool,
         recent: bool,
+        now: float | None = None,
     ) -> tuple[TickResult, bool]:
         """One tick: ``quiet``, no source to judge (_sources_quiet); ``recent``, some surface
-        may hold recent contributors.  Returns the result and whether some still may."""
+        may hold recent contributors; ``now``, the wall clock (None in a backtest).  Returns
+        the result and whether some still may."""
         tick = self.tick
         table = self.table
         detector = self.detector
@@ -398,7 +400,7 @@ class Pipeline:
             s.pending.clear()
             s.sample_fresh = False
         if judged:
-            for change in detector.sources.evaluate(end, tick, judged):
+            for change in detector.sources.evaluate(end, tick, judged, now):
                 sample = self.sources[change.target].forged_sample
                 if change.rule == "forged_records" and sample:
                     change.figures["forged_sample"] = sample

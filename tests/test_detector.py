@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 
 from alarm.config import config_from_dict
@@ -173,6 +175,34 @@ def test_a_source_slow_to_open_at_start_is_not_down_but_one_that_stops_is_at_onc
     d.sources.evaluate(0, 1, judge(up=False))
     (change,) = d.sources.evaluate(SOURCE_START_GRACE, 1, judge(up=False))
     assert (change.rule, change.state) == ("source_down", "firing")
+
+
+def test_a_restart_that_evaluates_the_ticks_it_missed_is_no_source_down_before_the_grace():
+    """Restarted after an hour down, the service evaluates the 360 ticks it missed within a
+    second, before its kmsg reader has opened: counted in those ticks' times, the start grace
+    was over at the second of them, and a restart after more than a few seconds down paged
+    source_down (and, stopped again soon, left that page open).  The grace runs on the wall
+    clock from the first judgement."""
+    from alarm.detector.sources import SOURCE_START_GRACE
+    from alarm.events import SourceHealth
+    from alarm.pipeline import Pipeline
+
+    config = config_from_dict({"tick": "10s", "sources": []})
+    now = 1_780_000_000.0
+    before = Pipeline(config, {"kernel": ("external", "egress")})
+    before.start(now - 3600)
+    before.close_until(now - 3600, now - 3600, {"kernel": SourceHealth(up=True)})
+    state = json.loads(json.dumps(before.to_state()))
+    p = Pipeline(config, {"kernel": ("external", "egress")})
+    p.load_state(state, [], now)
+    opening = {"kernel": SourceHealth(up=False)}
+
+    def fired(end: float) -> list[str]:
+        return [c.rule for r in p.close_until(end, end, opening) for c in r.changes]
+
+    assert fired(now) == []  # the missed hour, while the reader opens
+    assert fired(now + SOURCE_START_GRACE - 2) == []
+    assert fired(now + SOURCE_START_GRACE + 10) == ["source_down"]  # it never came up
 
 
 def test_a_10_bit_per_second_drip_on_a_quiet_surface_is_caught_by_its_derived_budget():

@@ -17,6 +17,10 @@ from alarm.detector.alerts import AlertChange, AlertMachine, AlertState, state_n
 SOURCE_RESOLVE_HOLD = 60.0
 # A source that has not been up yet since the service started is not down before this: its
 # reader may take a few seconds to open (a cold start, a first import), and that is no page.
+# Counted from when the service first judged it, on the wall clock: a restart after a
+# downtime evaluates the ticks it missed (up to max_backlog) in a second or two, and counted
+# in their times the grace was over before the reader had opened (a source_down page at
+# every restart after more than a few seconds down).
 SOURCE_START_GRACE = 10.0
 SOURCE_RULES = ("records_lost", "forged_records", "source_down", "surface_blind")
 REMOVED = "removed from the configuration"
@@ -47,11 +51,17 @@ class SourceRules:
         self._starting: dict[str, float] = {}
 
     def evaluate(
-        self, now: float, tick: float, judged: Sequence[SourceJudgement]
+        self,
+        now: float,
+        tick: float,
+        judged: Sequence[SourceJudgement],
+        wall: float | None = None,
     ) -> list[AlertChange]:
+        """The source rules at the tick ending ``now``; ``wall``: the wall clock, when the
+        ticks are live (not a backtest): a source's start grace runs from it."""
         changes = []
         for j in judged:
-            starting = self._starting.setdefault(j.name, now)
+            starting = self._starting.setdefault(j.name, now if wall is None else wall)
             if j.up:
                 self._starting[j.name] = -math.inf
                 if not (j.lost or j.lost_unknown or j.forged or j.blind) and self._at_rest(j.name):
