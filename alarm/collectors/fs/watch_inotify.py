@@ -159,10 +159,10 @@ class InotifyWatch:
                     ops.touch(did, name, ts, wrote=bool(mask & ino.IN_MODIFY))
         # Held while its pair, or an overflow that says the pair may be lost, can be the next
         # event read: while more is queued, or until reads HOLD_SECONDS later did not pair it.
-        if held:
+        if held and not chunks and not more:
+            self._release(ops)  # nothing more was read: nothing can pair them
+        elif held:
             last = res.last_read if more else max(now, res.last_read)
-            if not chunks and not more:
-                last = float("inf")
             for cookie in [c for c, (t, _, _) in held.items() if last - t >= HOLD_SECONDS]:
                 self._release_one(ops, cookie)
         return res, more
