@@ -283,6 +283,19 @@ def secret_of(tmp_path: Path) -> str:
     return (tmp_path / "secret").read_text().strip()
 
 
+@contextlib.asynccontextmanager
+async def paging_to(tmp_path: Path, rx: Receiver) -> AsyncIterator[tuple[Path, int, Path, Path]]:
+    """``rx`` served on loopback and a service config that pages it: (config, the service's
+    port, an empty kern.log its file source reads, where its log is to go)."""
+    port = free_port()
+    kern = tmp_path / "kern.log"
+    kern.write_text("")
+    async with serve(rx.app()) as srv:
+        config = service_config(tmp_path, port, f"{srv.base}/hook")
+        rx.secret = secret_of(tmp_path)
+        yield config, port, kern, tmp_path / "capalarm.log"
+
+
 async def test_kill_9_mid_delivery_and_at_random_points_then_restart(tmp_path):
     port = free_port()
     kern = tmp_path / "kern.log"

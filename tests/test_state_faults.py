@@ -18,15 +18,13 @@ from pathlib import Path
 import aiohttp
 
 from tests.fakes.receiver import Receiver
-from tests.fakes.server import free_port, serve
 from tests.servicekit import metric, wait_for
 from tests.test_delivery_faults import (
     api,
     burst,
     capalarm,
     fill,
-    secret_of,
-    service_config,
+    paging_to,
     small_tmpfs,
 )
 from tests.test_delivery_outcome_writes import journaled
@@ -94,15 +92,9 @@ async def until_settled(rx: Receiver, port: int, stderr: Path) -> None:
 
 
 async def test_disk_full_then_kill_9_then_room_again_pages_once_and_closes_everything(tmp_path):
-    port = free_port()
-    kern = tmp_path / "kern.log"
-    kern.write_text("")
-    stderr = tmp_path / "capalarm.log"
     rx = Receiver()
     with small_tmpfs(tmp_path / "state"):
-        async with serve(rx.app()) as srv:
-            config = service_config(tmp_path, port, f"{srv.base}/hook")
-            rx.secret = secret_of(tmp_path)
+        async with paging_to(tmp_path, rx) as (config, port, kern, stderr):
             async with capalarm(config, port, stderr) as proc:
                 await asyncio.sleep(1.0)  # a few ticks saved
                 filler = fill(tmp_path / "state")
@@ -145,16 +137,10 @@ async def test_a_page_whose_delete_cannot_be_written_is_not_sent_again_after_kil
     disk is full, then accepts it, so the row's delete cannot be written.  Killed then and
     restarted with room again, the service must not page a second time (issue 28, item 6):
     the delivered key is in the held-changes journal, which needs no free space."""
-    port = free_port()
-    kern = tmp_path / "kern.log"
-    kern.write_text("")
-    stderr = tmp_path / "capalarm.log"
     rx = Receiver()
     rx.fail_next(["wait"])  # the first request, the budget page, waits for the full disk
     with small_tmpfs(tmp_path / "state"):
-        async with serve(rx.app()) as srv:
-            config = service_config(tmp_path, port, f"{srv.base}/hook")
-            rx.secret = secret_of(tmp_path)
+        async with paging_to(tmp_path, rx) as (config, port, kern, stderr):
             async with capalarm(config, port, stderr) as proc:
                 await asyncio.sleep(1.0)  # a few ticks saved
                 burst(kern, 40)
@@ -224,33 +210,29 @@ async def last_tick(port: int) -> float:
 
 
 async def test_a_lock_held_by_another_process_delays_no_page_and_stops_no_tick(tmp_path):
-    port = free_port()
-    kern = tmp_path / "kern.log"
-    kern.write_text("")
-    stderr = tmp_path / "capalarm.log"
     rx = Receiver()
-    async with serve(rx.app()) as srv:
-        config = service_config(tmp_path, port, f"{srv.base}/hook")
-        rx.secret = secret_of(tmp_path)
-        async with capalarm(config, port, stderr):
-            await asyncio.sleep(1.0)
-            holder = hold_lock(tmp_path / "state" / "capalarm.db")
-            try:
-                locked_at = time.monotonic()
-                burst(kern, 40)
-                await wait_for(lambda: got(rx, "budget", "firing"), timeout=HOLD)
-                paged_after = time.monotonic() - locked_at
-                # Ticks go on while the lock is held.
-                first = await last_tick(port)
-                await asyncio.sleep(2.0)
-                ticking = await last_tick(port) - first
-                still_held = holder.poll() is None
-            finally:
-                await asyncio.to_thread(holder.wait, HOLD + 10)  # the receiver runs on this loop
-            assert still_held, "the lock was released before the checks: the test proves nothing"
-            await until_settled(rx, port, stderr)
-            total = await counted(port)
-            await asyncio.sleep(1.5)  # anything still to come would come now
+    async with (
+        paging_to(tmp_path, rx) as (config, port, kern, stderr),
+        capalarm(config, port, stderr),
+    ):
+        await asyncio.sleep(1.0)
+        holder = hold_lock(tmp_path / "state" / "capalarm.db")
+        try:
+            locked_at = time.monotonic()
+            burst(kern, 40)
+            await wait_for(lambda: got(rx, "budget", "firing"), timeout=HOLD)
+            paged_after = time.monotonic() - locked_at
+            # Ticks go on while the lock is held.
+            first = await last_tick(port)
+            await asyncio.sleep(2.0)
+            ticking = await last_tick(port) - first
+            still_held = holder.poll() is None
+        finally:
+            await asyncio.to_thread(holder.wait, HOLD + 10)  # the receiver runs on this loop
+        assert still_held, "the lock was released before the checks: the test proves nothing"
+        await until_settled(rx, port, stderr)
+        total = await counted(port)
+        await asyncio.sleep(1.5)  # anything still to come would come now
 
     assert paged_after < 3.0, f"paged {paged_after:.1f} s after the burst"
     assert ticking >= 1.0, f"the last tick moved {ticking} s in 2 s while the lock was held"
