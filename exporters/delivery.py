@@ -177,6 +177,7 @@ class Channel:
     retried: int = 0
     dropped: int = 0
     unpersisted: int = 0  # rows held in memory because the outbox could not be written
+    unjournaled: int = 0  # held changes left out of the journal (exporters/diskfull.py)
     restarts: int = 0  # times its worker failed unexpectedly and was started again
 
     def _figures(self) -> ChannelStats | None:

@@ -80,7 +80,7 @@ class Journal:
     def __init__(self, path: Path, size: int = JOURNAL_BYTES):
         self.path = path
         self.size = size
-        self.lost = 0  # held changes that did not fit, ever
+        self.lost = 0  # held changes that did not fit, ever (each counted once)
         self.lost_keys = 0  # delivered or unsettled keys that did not fit, ever
         self._lock = threading.Lock()
         self._changes: list[dict[str, Any]] = []
@@ -88,6 +88,9 @@ class Journal:
         # Dicts for their order: what does not fit goes oldest first.
         self._delivered: dict[str, None] = {}
         self._unsettled: dict[str, None] = {}
+        # The held changes the last write left out, by identity: every write offers the
+        # whole held list again, and a change left out by the last one is not lost again.
+        self._left_out: set[tuple[Any, ...]] = set()
         self._fd: int | None = None
         self.saved = self._read()
         try:
@@ -204,8 +207,8 @@ class Journal:
         if self._fd is None:
             return
         body = b""
-        if self._changes or self._error is not None or self._delivered or self._unsettled:
-            changes = self._changes
+        changes = self._changes
+        if changes or self._error is not None or self._delivered or self._unsettled:
             while True:
                 doc: dict[str, Any] = {
                     "error": None if self._error is None else dataclasses.asdict(self._error),
@@ -223,16 +226,12 @@ class Journal:
                 if not changes:
                     break
                 # The oldest go first, as they do from the memory bound.
-                drop = max(1, len(changes) // 10)
-                changes = changes[drop:]
-                self.lost += drop
-                log.error(
-                    "notifications: %d held changes do not fit the journal %s", drop, self.path
-                )
+                changes = changes[max(1, len(changes) // 10) :]
         if len(body) > self.size - _HEADER:
             # Only an error message longer than the journal: never written past the space
             # allocated, which a full disk would refuse anyway.
-            body = b""
+            body, changes = b"", []
+        self._count_left_out(self._changes[: len(self._changes) - len(changes)])
         head = b"%s %d %d" % (_MAGIC, len(body), zlib.crc32(body))
         try:
             if body:
@@ -240,6 +239,20 @@ class Journal:
             os.pwrite(self._fd, head.ljust(_HEADER - 1) + b"\n", 0)
         except OSError as exc:
             log.error("notifications: cannot write the journal %s: %s", self.path, exc)
+
+    def _count_left_out(self, left_out: list[dict[str, Any]]) -> None:
+        """Count and log the held changes this write left out that the last one kept."""
+        ids = {_change_id(c) for c in left_out}
+        new = len(ids - self._left_out)
+        self._left_out = ids
+        if new:
+            self.lost += new
+            log.error(
+                "notifications: %d held changes do not fit the journal %s: after a kill they "
+                "will not be sent",
+                new,
+                self.path,
+            )
 
     def _drop_keys(self, over: int) -> None:
         """Leave out the oldest keys, about ``over`` bytes of them, delivered-from-memory
@@ -389,6 +402,11 @@ class HeldChanges:
             figures={"unpersisted_changes": held},
             summary=summary,
         ).to_dict()
+
+
+def _change_id(change: dict[str, Any]) -> tuple[Any, ...]:
+    """What tells one held alert change from another (an alert's change at a time)."""
+    return (change.get("fingerprint"), change.get("state"), change.get("at"))
 
 
 def _keys(value: Any) -> list[str]:

@@ -224,9 +224,13 @@ class Notifications:
         self, active: _Active, pending: list[dict[str, Any]], exc: BaseException, now: float
     ) -> None:
         """A write failed (lock held): keep the changes, deliver their rows from memory."""
+        journal = self._held.journal
+        left_out = journal.lost
         changes, lost = self._held.failed(pending, exc, now)
+        left_out = journal.lost - left_out
         for ch in active.channels.views:
             ch.dropped += lost
+            ch.unjournaled += left_out
         try:
             with self.outbox.reading() as tx:
                 plan = plan_changes(tx, active.destinations, changes, now, reconcile=False)

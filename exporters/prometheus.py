@@ -65,6 +65,7 @@ class NotifierView:
     oldest_queued_age: float
     dead_letters: int  # in the dead-letter table (durable outbox; 0 where there is none)
     unpersisted: int  # held in memory because the outbox could not be written
+    unjournaled: int  # held changes left out of the held-changes journal
 
 
 def _surface_family(snap: Snapshot, typ: str, name: str, doc: str, values: np.ndarray) -> Columns:
@@ -451,6 +452,14 @@ def notifier_families(notifiers: Sequence[NotifierView]) -> Iterable[Metric]:
             "Notifications dropped: more held in memory than its bound while the outbox could "
             "not be written.",
             "dropped",
+            CounterMetricFamily,
+        ),
+        (
+            "unjournaled",
+            "Alert changes held in memory while the outbox could not be written that did not "
+            "fit the held-changes journal: a kill -9 before the outbox is written again loses "
+            "them.",
+            "unjournaled",
             CounterMetricFamily,
         ),
         ("queue_depth", "Notifications waiting.", "queue_depth", GaugeMetricFamily),

@@ -488,6 +488,7 @@ async def test_disk_full_on_the_state_directory_raises_an_alarm_and_drops_nothin
     assert alarm.payload["data"]["severity"] == "critical"
     assert "cannot write notifications" in alarm.payload["data"]["summary"]
     assert metric(text, "capalarm_notifier_unpersisted", notifier="w") is not None
+    assert metric(text, "capalarm_notifier_unjournaled_total", notifier="w") == 0  # all fit
     assert "cannot write notifications to" in caplog.text or "cannot be written to" in caplog.text
     # Delivered from memory, then stored: not sent a second time.
     assert len(rx.ids()) == len(set(rx.ids()))

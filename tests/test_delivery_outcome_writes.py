@@ -116,3 +116,23 @@ def test_the_journal_keeps_to_its_size_leaving_out_the_oldest_keys_first(
     assert saved["changes"] == held  # a key goes before a held change
     assert journal.lost_keys == 200 - len(kept) and journal.lost == 0
     assert "delivered keys do not fit the journal" in caplog.text
+
+
+def test_a_held_change_left_out_of_the_journal_is_counted_and_logged_once(
+    tmp_path, caplog: pytest.LogCaptureFixture
+):
+    # Every failed write offers the whole held list again (HeldChanges.failed): before, each
+    # write left the same oldest changes out again and counted and logged them again, so a
+    # full disk with a steady stream of alert changes reported thousands "lost" for a few.
+    journal = Journal(tmp_path / JOURNAL_NAME, size=4096)
+    error = WriteError(1.0, "OperationalError: database or disk is full")
+    held: list[dict[str, object]] = []
+    for i in range(40):  # ~200 bytes each: about 20 fit
+        held.append({"fingerprint": f"f{i}", "state": "firing", "at": float(i), "s": "x" * 150})
+        journal.held(list(held), error)
+    journal.close()
+    kept = Journal(tmp_path / JOURNAL_NAME, size=4096).saved["changes"]
+    assert 0 < len(kept) < 40 and kept == held[-len(kept) :]  # the newest
+    assert journal.lost == 40 - len(kept)
+    logged = [r for r in caplog.records if "held changes do not fit the journal" in r.message]
+    assert sum(int(r.getMessage().split()[1]) for r in logged) == journal.lost
