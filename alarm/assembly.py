@@ -14,8 +14,7 @@ loads no collector (tests/test_layering.py)."""
 from __future__ import annotations
 
 from alarm.collectors import SOURCE_TYPES
-from alarm.collectors.kernel.canary import EgressCanarySettings
-from alarm.collectors.registry import API_TAGS
+from alarm.collectors.kernel.settings import EgressCanarySettings
 from alarm.kinds import KINDS
 from alarm.settings import ConfigParts
 
@@ -23,5 +22,5 @@ PARTS = ConfigParts(
     source_types=SOURCE_TYPES,
     kinds=KINDS,
     egress_canary=EgressCanarySettings,
-    nested_tags=frozenset(API_TAGS),
+    nested_tags=frozenset(tag for t in SOURCE_TYPES.values() for tag in t.nested_tags),
 )

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from alarm.collectors.kernel.fence import KernelSettings
 from alarm.collectors.kernel.netfilter import parse_fence
+from alarm.collectors.kernel.settings import KernelSettings
 from tests import kernelnet
 from tests.kernelnet import fence_netns, forged_fence, inject_kmsg, require_kernel, unique_prefix
 

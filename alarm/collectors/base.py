@@ -5,13 +5,19 @@ event loop).  ``emit`` returns once the pipeline has applied the batch: its even
 deltas and position together, so a saved position is always exactly the position of what has
 been counted.  Blocking or CPU-heavy reading belongs in a worker thread, never on the loop.
 
-A source type is one module that defines its config model (a :class:`SourceSettings` with a
-``type: Literal[...]`` field) and a factory, and exports them as a :class:`SourceType`; its
-family's ``__init__`` lists it, and the service looks the type up by name (no if-chain).
+A source type is registered by one module, ``<family>/<type>_type.py``, that exports a
+:class:`SourceType`: its ``type``, the kind it feeds, its counters, and where its settings model
+(a :class:`SourceSettings` with a ``type: Literal[...]`` field) and its factory are.  Its
+family's ``__init__`` lists it, and the service looks the type up by name (no if-chain).  The
+registration names the settings and the factory as ``"module:name"`` and imports them on first
+use: the settings when a config that declares the type is read, the factory (the engine:
+asyncio, the HTTP client, inotify and fanotify) when a source of the type is built.  So a
+command imports only the sources it runs, and a backtest none (issue 29).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -58,13 +64,37 @@ class SourceContext:
     state_dir: str = ""
 
 
+def resolve(ref: str) -> Any:
+    """The object a ``"package.module:name"`` reference names, its module imported."""
+    module, sep, name = ref.partition(":")
+    if not sep or not module or not name:
+        raise ValueError(f"{ref!r} is not 'module:name'")
+    return getattr(importlib.import_module(module), name)
+
+
 @dataclass(frozen=True, slots=True)
 class SourceType:
     type: str  # the config's ``type``
-    config: Any  # the config model (or a tagged union of models sharing this ``type``)
-    build: Callable[[Any, SourceContext], Collector]
+    # "module:name" of the config model (or a tagged union of models sharing this ``type``):
+    # a settings module, which imports pydantic and no engine.
+    settings: str
+    # "module:name" of the factory, ``(settings, SourceContext) -> Collector``: the engine.
+    factory: str
     kind: str  # the surface kind it feeds ("egress", "fs", "registry")
     # Counters of this type besides alarm.events.CORE_COUNTERS: name -> help text.
     counters: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # Whether records of this type can be forged look-alikes (only kernel fence records).
     forgeable: bool = False
+    # The tags of a union inside its settings (the registry source's ``api``), which pydantic
+    # puts in error locations: not keys the user wrote.
+    nested_tags: frozenset[str] = frozenset()
+
+    @property
+    def config(self) -> Any:
+        """The config model, its module imported on first use."""
+        return resolve(self.settings)
+
+    def build(self, settings: Any, ctx: SourceContext) -> Collector:
+        """A collector of this type: its engine is imported here, not before."""
+        factory: Callable[[Any, SourceContext], Collector] = resolve(self.factory)
+        return factory(settings, ctx)

@@ -9,13 +9,10 @@ an empty journal for ever.  ``health.mode`` names the backend used: ``kmsg`` or 
 from __future__ import annotations
 
 import os
-from typing import Literal
 
-from pydantic import Field
-
-from alarm.collectors.base import Collector, SourceContext, SourceType
+from alarm.collectors.base import Collector, SourceContext
 from alarm.collectors.kernel import journald, kmsg
-from alarm.collectors.kernel.fence import KernelSettings
+from alarm.collectors.kernel.settings import AutoSettings, JournaldSettings, KmsgSettings
 
 
 def open_error(path: str) -> str:
@@ -32,35 +29,18 @@ def can_open(path: str) -> bool:
     return not open_error(path)
 
 
-class AutoSettings(KernelSettings):
-    type: Literal["auto"] = "auto"
-    kmsg_path: str = "/dev/kmsg"
-    start_at_end: bool = True
-    nice: int = Field(-10, ge=-20, le=19)
-
-
 def build(cfg: AutoSettings, ctx: SourceContext) -> Collector:
     why = open_error(cfg.kmsg_path)
     if not why:
-        settings = kmsg.KmsgSettings(**{**cfg.model_dump(), "type": "kmsg"})
+        settings = KmsgSettings(**{**cfg.model_dump(), "type": "kmsg"})
         return kmsg.build(settings, ctx)
     # Whether the journal can be read is the journald collector's to find out, and to say
     # (blind) for as long as it cannot: a missing journalctl too, so that the service runs
     # and alarms instead of refusing to start on the chart's default.
     collector = journald.build(
-        journald.JournaldSettings(name=cfg.name, prefixes=cfg.prefixes, type="journald"), ctx
+        JournaldSettings(name=cfg.name, prefixes=cfg.prefixes, type="journald"), ctx
     )
     collector.blind_prefix = (
         f"cannot read {cfg.kmsg_path} ({why}; needs root or CAP_SYSLOG), nor the journal: "
     )
     return collector
-
-
-SOURCE = SourceType(
-    "auto",
-    AutoSettings,
-    build,
-    kind="egress",
-    counters={**kmsg.SOURCE.counters, **journald.SOURCE.counters},
-    forgeable=True,
-)

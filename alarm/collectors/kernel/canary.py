@@ -35,11 +35,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from pydantic import Field, field_validator
-
 from alarm.collectors.kernel.netfilter import FenceParseError, parse_fence
 from alarm.collectors.kernel.records import KernelRecord
-from alarm.settings import Duration, Strict
+from alarm.collectors.kernel.settings import EgressCanarySettings
 from alarm.snapshot import CanarySourceView, CanaryView
 
 log = logging.getLogger("capalarm.canary")
@@ -50,37 +48,6 @@ PAYLOAD = b"capalarm canary\n"
 UDP_HEADER = 8
 IP_HEADER = {4: 20, 6: 40}
 BIND_TRIES = 8  # source ports tried per canary (one may be taken)
-
-
-class EgressCanarySettings(Strict):
-    """``egress_canary:`` in the config (off when absent)."""
-
-    address: str
-    port: int = Field(9, ge=1, le=65535)  # 9: the discard service
-    interval: Duration = Field(60.0, ge=0.1)
-    deadline: Duration = Field(30.0, gt=0)
-    # A network namespace under /run/netns (``ip netns add NAME``) to send from; None: the
-    # service's own namespace.
-    netns: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
-    source_ports: tuple[int, int] = (61000, 61999)
-    # Kernel sources that must read the canaries (default: every kernel source).
-    sources: list[str] = []
-
-    @field_validator("address")
-    @classmethod
-    def _ip(cls, value: str) -> str:
-        try:
-            return ipaddress.ip_address(value).compressed
-        except ValueError:
-            raise ValueError(f"{value!r} is not an IPv4 or IPv6 address") from None
-
-    @field_validator("source_ports")
-    @classmethod
-    def _port_range(cls, value: tuple[int, int]) -> tuple[int, int]:
-        lo, hi = value
-        if not 1 <= lo <= hi <= 65535:
-            raise ValueError("[low, high] with 1 <= low <= high <= 65535")
-        return value
 
 
 @dataclass(slots=True)

@@ -22,9 +22,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import Field
 
-from alarm.collectors.base import SourceSettings
 from alarm.collectors.kernel.fastscan import (
     FlowScan,
     Row,
@@ -60,12 +58,6 @@ def _utf8(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-class KernelSettings(SourceSettings):
-    """What every kernel source has: the log prefixes that mark fence records."""
-
-    prefixes: list[str] = Field(default_factory=lambda: ["EGRESS_FENCE"], min_length=1)
 
 
 def contributor_name(dst: str, dpt: int | None, proto: str) -> str:

@@ -8,15 +8,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Literal
 
-from pydantic import Field, model_validator
-
-from alarm.collectors.base import SourceContext, SourceType
+from alarm.collectors.base import SourceContext
 from alarm.collectors.kernel import formats
-from alarm.collectors.kernel.fence import FenceRead, FenceReader, KernelSettings
+from alarm.collectors.kernel.fence import FenceRead, FenceReader
 from alarm.collectors.kernel.kmsg import boot_wall_time
 from alarm.collectors.kernel.records import KernelRecord
+from alarm.collectors.kernel.settings import FileSettings
 from alarm.collectors.kernel.tail import ChunkReader, FileTailCollector, ParseLines, TailBatch
 from alarm.events import Batch, Emit, SourceHealth
 
@@ -109,24 +107,6 @@ class FileSource:
         await self.tailer.run(hand_over)
 
 
-class FileSettings(KernelSettings):
-    """``type: file``: text kernel logs, followed across rotation and truncation."""
-
-    type: Literal["file"]
-    paths: list[str] = Field(min_length=1)  # paths or globs
-    format: Literal["auto", "syslog", "dmesg", "kmsg"] = "auto"
-    # First start without saved state: skip what the files already hold.  Off by default: a
-    # file is a record, and what it holds is evaluated tick by tick on its own timestamps.
-    start_at_end: bool = False
-    poll_interval: float = Field(0.25, gt=0, le=60)
-
-    @model_validator(mode="after")
-    def _paths_given(self) -> FileSettings:
-        if not all(p.strip() for p in self.paths):
-            raise ValueError("paths: an empty path matches nothing")
-        return self
-
-
 def build(cfg: FileSettings, ctx: SourceContext) -> FileSource:
     boot_wall, year = boot_wall_time(), time.gmtime().tm_year
     reader = FenceReader(tuple(cfg.prefixes), False, ctx.tick)
@@ -143,16 +123,3 @@ def build(cfg: FileSettings, ctx: SourceContext) -> FileSource:
         start_at_end_for_new_files=cfg.start_at_end,
     )
     return FileSource(tailer, reader, chunks)
-
-
-COUNTERS: dict[str, Any] = {
-    "truncations": "Followed files truncated in place (copytruncate).",
-    "rotations": "Followed files rotated by rename.",
-    "oversized_lines": "Lines longer than the line limit, skipped.",
-    "truncation_possible_loss": "Truncations that may have hidden unread lines.",
-    "files_not_followed": "Matching files left unfollowed (too many open).",
-    "resume_file_missing": "Saved file positions whose file is gone.",
-    "position_invalid": "Saved positions that could not be used.",
-    "parser_exceptions": "Lines the parser failed on unexpectedly.",
-}
-SOURCE = SourceType("file", FileSettings, build, kind="egress", counters=COUNTERS)

@@ -39,12 +39,13 @@ import shutil
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from alarm.collectors.base import SourceContext, SourceType, SourceUnavailable
-from alarm.collectors.kernel.fence import FenceRead, FenceReader, KernelSettings
+from alarm.collectors.base import SourceContext, SourceUnavailable
+from alarm.collectors.kernel.fence import FenceRead, FenceReader
 from alarm.collectors.kernel.formats import parse_journal_json
 from alarm.collectors.kernel.records import KernelRecord
+from alarm.collectors.kernel.settings import JournaldSettings
 from alarm.events import Batch, Emit, SourceHealth
 from alarm.jsontext import loads_json
 from alarm.sanitize import sanitize
@@ -328,13 +329,6 @@ class JournaldCollector:
                 await asyncio.shield(proc.wait())
 
 
-class JournaldSettings(KernelSettings):
-    """``type: journald``: kernel records through journalctl, where /dev/kmsg is closed."""
-
-    type: Literal["journald"]
-    journal_directory: str | None = None  # read journal files there (-D) instead of the system's
-
-
 def build(cfg: JournaldSettings, ctx: SourceContext) -> JournaldCollector:
     return JournaldCollector(
         name=cfg.name,
@@ -343,15 +337,3 @@ def build(cfg: JournaldSettings, ctx: SourceContext) -> JournaldCollector:
         prefixes=tuple(cfg.prefixes),
         tick=ctx.tick,
     )
-
-
-SOURCE = SourceType(
-    "journald",
-    JournaldSettings,
-    build,
-    kind="egress",
-    counters={
-        "cursor_resets": "Saved journal cursors journalctl refused (journal vacuumed): a gap of unknown size.",
-    },
-    forgeable=True,
-)

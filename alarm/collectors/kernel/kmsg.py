@@ -27,14 +27,13 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
-
-from alarm.collectors.base import SourceContext, SourceType, SourceUnavailable
-from alarm.collectors.kernel.fence import FenceRead, FenceReader, KernelSettings
+from alarm.collectors.base import SourceContext, SourceUnavailable
+from alarm.collectors.kernel.fence import FenceRead, FenceReader
 from alarm.collectors.kernel.formats import parse_kmsg_record
 from alarm.collectors.kernel.records import KernelRecord
+from alarm.collectors.kernel.settings import KmsgSettings
 from alarm.events import Batch, Emit, SourceHealth
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
@@ -262,16 +261,6 @@ class KmsgCollector:
         raise RuntimeError(f"kmsg drain exited with status {rc}: {detail[0][:300]}")
 
 
-class KmsgSettings(KernelSettings):
-    """``type: kmsg``: /dev/kmsg, with proof of origin and exact loss."""
-
-    type: Literal["kmsg"]
-    kmsg_path: str = "/dev/kmsg"
-    start_at_end: bool = True  # first start without saved state: skip what is already logged
-    # Drain process priority; the kernel ring buffer gives a reader little slack.
-    nice: int = Field(-10, ge=-20, le=19)
-
-
 def build(cfg: KmsgSettings, ctx: SourceContext) -> KmsgCollector:
     return KmsgCollector(
         name=cfg.name,
@@ -282,20 +271,3 @@ def build(cfg: KmsgSettings, ctx: SourceContext) -> KmsgCollector:
         prefixes=tuple(cfg.prefixes),
         tick=ctx.tick,
     )
-
-
-# The drain's loss causes (kmsg_drain.py), each its own counter besides records_lost.
-LOSS_CAUSES = {
-    "overrun": "the kernel overwrote records before they were read (ring buffer overrun)",
-    "resume": "records the kernel overwrote while the service was stopped (found at the resume point)",
-    "drain_full": "records the drain dropped because the service fell too far behind",
-    "unexplained": "sequence gaps the drain did not report",
-}
-SOURCE = SourceType(
-    "kmsg",
-    KmsgSettings,
-    build,
-    kind="egress",
-    counters={f"lost_{c}": f"Records lost: {why}." for c, why in LOSS_CAUSES.items()},
-    forgeable=True,
-)

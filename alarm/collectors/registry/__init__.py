@@ -6,11 +6,10 @@ HTTP client (http.py, with OCI token authentication in token_auth.py); what a re
 kept in listing.py.  Proof of sight: why a source is blind (sight.py), and the optional canary
 that uploads through each API's own upload and checks the polls list it (canary.py,
 uploads.py).  What leaves this folder is write events whose subjects are
-``(repository, artifact)`` keys (alarm/classify/registry.py).
+``(repository, artifact)`` keys (alarm/classify/registry.py).  The source type is registered
+by registry_type.py, which imports neither the poller nor the HTTP client (base.py).
 """
 
-from alarm.collectors.registry import source
-from alarm.collectors.registry.settings import API_TAGS
+from alarm.collectors.registry import registry_type
 
-SOURCES = (source.SOURCE,)
-__all__ = ["API_TAGS", "SOURCES"]
+SOURCES = (registry_type.SOURCE,)

@@ -48,12 +48,7 @@ RECENT = 256  # canaries remembered (recognised when listed)
 FAILURES_BLIND = 2  # uploads failed in a row that make the source blind
 SAVED = 64  # canaries not yet listed, saved with the position
 
-COUNTERS: dict[str, str] = {
-    "canary_uploaded": "Canary artifacts uploaded (proof of sight; never counted as writes).",
-    "canary_seen": "Canaries of this process listed by a poll: set apart, not counted as writes.",
-    "canary_missed": "Canaries no poll listed within canary.deadline: the source was blind.",
-    "canary_upload_errors": "Canary uploads that failed (refused, unreachable, timed out).",
-}
+# The counters this module keeps are declared with the source type (registry_type.py).
 
 
 @dataclass(slots=True)

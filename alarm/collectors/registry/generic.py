@@ -44,13 +44,7 @@ REVISIONS = "\x00rev\x00"
 MAX_SEQUENCE = 1 << 62
 STATE_CREATED = "created_total"
 
-COUNTERS: dict[str, str] = {
-    "items_edited": "Listed items whose revision or update time changed: each counted as a write of its new size.",
-    "items_deleted_unseen": "Items made and gone between two polls (gaps in the sequence, or the created count ahead of what was listed): counted as writes of unknown size.",
-    "items_gone": "Items a poll no longer listed (deleted, hidden, or off a listing of the newest): counted, not metered.",
-    "sequence_unreadable": "Items whose sequence number was missing or not a whole number in range: listed and counted, their number ignored.",
-    "sequence_jumps": "Sequences or created counts that leapt by more than max_items in one poll: metered as max_items.",
-}
+# The counters this module keeps are declared with the source type (registry_type.py).
 
 
 def pick(doc: Any, path: str | None) -> Any:

@@ -81,20 +81,7 @@ USER_AGENT = "capalarm-registry-poller/1"
 # Bodies larger than this are parsed in a worker thread (about 10 ms of json.loads).
 PARSE_OFF_LOOP_BYTES = 1024 * 1024
 
-COUNTERS: dict[str, str] = {
-    "http_errors": "Requests that failed: connection errors and error statuses (each attempt).",
-    "timeouts": "Request attempts cut off by the per-request timeout (slow or hung servers).",
-    "rate_limited": "429 Too Many Requests answers.",
-    "retries": "Request attempts retried after a failure.",
-    "oversized_responses": "Bodies over max_response_bytes, abandoned unread.",
-    "garbage_responses": "Bodies that were not what the API documents (bad JSON, wrong shape).",
-    "credentials_withheld": "Redirects to another origin, followed without the credentials.",
-    "redirects_refused": "Redirects to an origin allow_redirect_hosts does not allow (failed polls).",
-    "tokens_fetched": "Bearer tokens fetched from an OCI registry's token realm (token auth).",
-    "poll_bytes_exceeded": "Polls that would have held more of response bodies than max_poll_bytes (failed polls).",
-    "not_modified": "304 Not Modified answers to conditional requests: nothing new, nothing read.",
-    "urls_too_long": "URLs over max_url_bytes (paging links, tokens, redirects) not requested (failed polls).",
-}
+# The counters this module keeps are declared with the source type (registry_type.py).
 TOKEN_APIS = frozenset({"oci", "docker"})
 
 if TYPE_CHECKING:

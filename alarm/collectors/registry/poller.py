@@ -69,22 +69,7 @@ MAX_ARTIFACT_BYTES = 1 << 50
 # even be written as ISO 8601, so it is taken as unknown (the artifact counts at "now").
 MIN_TIMESTAMP, MAX_TIMESTAMP = -62135596800.0, 253402300799.0
 
-COUNTERS: dict[str, str] = {
-    "polls": "Complete polls.",
-    "poll_errors": "Polls that failed (the registry down, hung, lying or over a limit).",
-    "baseline_artifacts": "Artifacts present at the first poll: the starting state, not counted.",
-    "duplicate_items": "Items listed more than once in one poll, counted once.",
-    "listing_shrinks": "Listings that suddenly lost most of what they had: kept, not forgotten.",
-    "listing_truncated": "Listings longer than max_items: the poll failed rather than trust them.",
-    "cursor_regressions": "Change feeds whose cursor went backwards: re-learned, not counted.",
-    "stale_items": "Feed items at or before the saved cursor, skipped (repeats).",
-    "sizes_unknown": "Artifacts whose size the API did not give and HEAD could not learn.",
-    "groups_forgotten": "Packages, images or pages no longer listed, dropped from the index.",
-    "ledger_rows_invalid": "Saved listing rows that could not be read: re-learned.",
-    "pages_unchanged": "Pages read again byte for byte as last time (no validator from the server): not parsed again.",
-    "pages_over_limit": "Paged listings with more than max_pages pages in one poll (failed polls).",
-    "items_reappeared": "Artifacts back in a listing unchanged after dropping out of it (a lagging replica, a flapping cache): counted once, not again.",
-}
+# The counters this module keeps are declared with the source type (registry_type.py).
 
 
 class Adapter(Protocol):

@@ -354,14 +354,3 @@ ApiSettings = Union[  # noqa: UP007 - a discriminated union is spelled with Unio
     JsonSettings,
 ]
 RegistrySettings = Annotated[ApiSettings, Field(discriminator="api")]
-# The tags pydantic puts in error locations after ``registry`` (not keys the user wrote).
-API_TAGS: tuple[str, ...] = (
-    "pypi",
-    "npm",
-    "oci",
-    "docker",
-    "artifactory",
-    "nexus",
-    "mediawiki",
-    "json",
-)

@@ -1,5 +1,5 @@
-"""``type: registry``: the source type, its factory and its counters.  The adapter is chosen
-by ``api`` from :data:`ADAPTERS` (no if-chain)."""
+"""``type: registry``: the factory (registry_type.py registers the type, with its counters).
+The adapter is chosen by ``api`` from :data:`ADAPTERS` (no if-chain)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,10 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from alarm.collectors.base import SourceContext, SourceType, SourceUnavailable
+from alarm.collectors.base import SourceContext, SourceUnavailable
 from alarm.collectors.registry import (
     artifactory,
-    canary,
     generic,
-    http,
     mediawiki,
     nexus,
     npm,
@@ -21,7 +19,6 @@ from alarm.collectors.registry import (
     pypi,
     uploads,
 )
-from alarm.collectors.registry.settings import RegistrySettings
 
 ADAPTERS: Mapping[str, Callable[[Any], poller.Adapter]] = MappingProxyType(
     {
@@ -50,9 +47,3 @@ def build(cfg: Any, ctx: SourceContext) -> poller.RegistryPoller:
     return poller.RegistryPoller(
         cfg, ADAPTERS[cfg.api](cfg), ctx.position, ctx.ledger, authorization, credential
     )
-
-
-COUNTERS: Mapping[str, str] = MappingProxyType(
-    {**http.COUNTERS, **poller.COUNTERS, **canary.COUNTERS, **generic.COUNTERS}
-)
-SOURCE = SourceType("registry", RegistrySettings, build, kind="registry", counters=COUNTERS)
