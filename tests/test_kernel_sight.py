@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -135,15 +136,44 @@ async def test_journald_on_an_empty_journal_directory_is_blind(tmp_path: Path) -
             await asyncio.sleep(0.05)
 
 
-async def test_unreadable_journal_files_are_named_as_such(tmp_path: Path) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root reads every file")
-    machine = tmp_path / "journal" / "0123456789abcdef0123456789abcdef"
-    machine.mkdir(parents=True)
-    (machine / "system.journal").write_bytes(b"LPKSHHRH")
-    (machine / "system.journal").chmod(0)
-    why = journald.journal_sight(None, (str(tmp_path / "journal"),))
-    assert why.startswith("cannot read the journal") and "systemd-journal" in why
+def sight_as_nobody(roots: tuple[str, ...]) -> str:
+    """journal_sight as a user outside systemd-journal: as root (CI), in a forked child that
+    has become nobody (65534), since root reads every file; otherwise here."""
+    if os.geteuid() != 0:
+        return journald.journal_sight(None, roots)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop to nobody, answer through the pipe, never return
+        code = 1
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            os.write(write, journald.journal_sight(None, roots).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as fh:
+        answer = fh.read().decode()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return answer
+
+
+def test_unreadable_journal_files_are_named_as_such() -> None:
+    # Not under tmp_path: nobody cannot enter pytest's directories (0700, root's).
+    with tempfile.TemporaryDirectory() as top:
+        os.chmod(top, 0o755)
+        machine = Path(top) / "journal" / "0123456789abcdef0123456789abcdef"
+        machine.mkdir(parents=True)
+        (machine / "system.journal").write_bytes(b"LPKSHHRH")
+        (machine / "system.journal").chmod(0)
+        why = sight_as_nobody((str(Path(top) / "journal"),))
+        assert why.startswith("cannot read the journal") and "systemd-journal" in why
+        (machine / "system.journal").chmod(0o644)  # readable: the same check sees a journal
+        assert sight_as_nobody((str(Path(top) / "journal"),)) == ""
 
 
 def test_user_journals_alone_carry_no_kernel_records(tmp_path: Path) -> None:
