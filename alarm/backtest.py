@@ -29,19 +29,21 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
 from alarm.collectors.kernel.fastscan import FlowScan, scan_flows
 from alarm.collectors.kernel.fence import flow_events
 from alarm.collectors.kernel.formats import detect_format
-from alarm.config import Config
 from alarm.events import NAMED, Batch, KeyedSubjects, WriteEvents
 from alarm.jsontext import loads_json
 from alarm.kinds import KIND_NAMES
 from alarm.pipeline import Pipeline
 from alarm.sanitize import sanitize
+
+if TYPE_CHECKING:  # the assembled model: importing it imports every source type's settings
+    from alarm.config import Config
 
 try:  # built by pip where a compiler is (setup.py); parse_events reads in Python without it
     from alarm import _eventscan as native_events

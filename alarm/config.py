@@ -8,7 +8,10 @@ alarm/assembly.py: the source types with their settings (alarm/collectors/), the
 with their ``match:`` and default budgets (alarm/kinds/), and the fence canary's settings.
 They are read the first time a model is needed (``Config``, ``DEFAULT_BUDGETS``,
 ``config_from_dict``, ``load_config``), so importing this module, as the detector and the
-exporters do, loads no collector.
+exporters do, loads no collector.  ``config_from_dict`` (and so ``load_config``) validates with
+a model whose ``sources:`` union holds the settings of the source types the config declares
+only, with the same tags and messages as ``Config``'s: a kernel-only config imports no fs or
+registry settings (issue 29).
 """
 
 from __future__ import annotations
@@ -482,11 +485,20 @@ class ConfigModels:
     union_tags: frozenset[str]
 
 
-def assemble(parts: ConfigParts) -> ConfigModels:
+class UndeclaredSource(Strict):
+    """The member of ``sources:`` for a type the config being read declares nowhere: its tag
+    stays, so every message is the one of the whole union, and its settings model is not
+    imported (the registry's alone cost ~0.03 s of CPU; issue 29).  Validating never reaches
+    it: each item is validated as the member of its own ``type``, which is declared."""
+
+
+def assemble(parts: ConfigParts, types: frozenset[str] | None = None) -> ConfigModels:
     """``Config`` for ``parts``: ``sources`` a union of the source types' settings by
     ``type``, ``surfaces`` a union of one model per kind by ``kind`` (``{Kind}Surface``:
     SurfaceSettings with ``kind: <name>`` and the kind's ``match``), the per-kind keys keyed
-    by the kinds, ``egress_canary`` the canary's settings."""
+    by the kinds, ``egress_canary`` the canary's settings.  With ``types``, only those source
+    types' settings are in the union (the others :class:`UndeclaredSource`): the model of a
+    config that declares no other."""
     surfaces: dict[str, type[SurfaceSettings]] = {}
     for name, kind in parts.kinds.items():
         tag = Literal[name]  # type: ignore[valid-type]
@@ -501,7 +513,10 @@ def assemble(parts: ConfigParts) -> ConfigModels:
         model.default_budget = kind.budget
         surfaces[name] = model
     kind_key = Literal[tuple(parts.kinds)]  # type: ignore[valid-type]
-    source_models = {name: t.config for name, t in parts.source_types.items()}
+    source_models = {
+        name: t.config if types is None or name in types else UndeclaredSource
+        for name, t in parts.source_types.items()
+    }
     config = create_model(  # type: ignore[call-overload]
         "Config",
         __base__=ConfigBase,
@@ -530,21 +545,38 @@ def assemble(parts: ConfigParts) -> ConfigModels:
     )
 
 
-_models: ConfigModels | None = None
-# One ``Config`` class per process, whichever thread asks first.  Reentrant: a part that asked
-# for the models while being imported gets an ImportError naming it, not a hang.
+# The models assembled so far: ``Config`` (key None, every source type) and one for each set
+# of source types a config read declared.  One class per key per process, whichever thread
+# asks first.  Reentrant: a part that asked for the models while being imported gets an
+# ImportError naming it, not a hang.
+_models: dict[frozenset[str] | None, ConfigModels] = {}
 _assembling = threading.RLock()
 
 
-def _assembled() -> ConfigModels:
-    """The models of the parts the composition root names, assembled on first use."""
-    global _models
+def _assembled(types: frozenset[str] | None = None) -> ConfigModels:
+    """The models of the parts the composition root names (with the settings of ``types``
+    only, or of every source type), assembled on first use."""
     with _assembling:
-        if _models is None:
-            from alarm.assembly import PARTS  # the composition root; it imports no alarm.config
+        from alarm.assembly import PARTS  # the composition root; it imports no alarm.config
 
-            _models = assemble(PARTS)
-        return _models
+        if types is not None:
+            types = types.intersection(PARTS.source_types)  # an unknown type is in no union
+        models = _models.get(types)
+        if models is None:
+            models = _models[types] = assemble(PARTS, types)
+        return models
+
+
+def _declared_types(data: dict[str, Any]) -> frozenset[str] | None:
+    """The source types ``data`` declares, read as the ``sources:`` union picks each item's
+    member (None, every type, where ``sources`` is not a list)."""
+    if "sources" not in data:
+        return frozenset(str(item.get("type", "auto")) for item in _default_sources())
+    sources = data["sources"]
+    if not isinstance(sources, list):
+        return None
+    tag = _tag("type", "auto")
+    return frozenset(tag(item) for item in sources)
 
 
 # The names that exist once assembled: ``from alarm.config import Config`` assembles.
@@ -674,7 +706,7 @@ def config_from_dict(data: Any) -> ConfigBase:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(["(top level): expected a mapping of keys to values"])
-    models = _assembled()
+    models = _assembled(_declared_types(data))
     try:
         return models.config.model_validate(data)
     except ValidationError as exc:

@@ -21,12 +21,11 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from alarm.collectors import SOURCE_TYPES
-from alarm.config import Config
 from alarm.detector.alerts import AlertChange
 from alarm.detector.engine import Detector
 from alarm.detector.sources import SourceJudgement
@@ -54,6 +53,9 @@ from alarm.snapshot import (
     SurfaceLayout,
 )
 from alarm.surfaces import StagedCredits, SurfaceKey, SurfaceTable, contributor_table
+
+if TYPE_CHECKING:  # the assembled model: importing it imports every source type's settings
+    from alarm.config import Config
 
 # Source counters the source alarms judge, tick by tick.
 JUDGED = ("records_lost", "records_lost_unknown", "forged_records")

@@ -22,13 +22,13 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alarm import __version__
 from alarm.collectors import SOURCE_TYPES
 from alarm.collectors.base import Collector, SourceContext, SourceUnavailable
 from alarm.collectors.kernel.canary import EgressCanary
-from alarm.config import Config, ConfigError, load_config
+from alarm.config import ConfigError, load_config
 from alarm.detector.alerts import AlertChange
 from alarm.events import Batch, SourceHealth
 from alarm.history import HistoryRequest
@@ -40,6 +40,9 @@ from alarm.statesave import SavePlan
 from exporters.http import HttpServer
 from exporters.notify import Notifications
 from exporters.webconfig import WebConfig
+
+if TYPE_CHECKING:  # the assembled model: importing it imports every source type's settings
+    from alarm.config import Config
 
 log = logging.getLogger("capalarm")
 RECENT_CHANGES = 200

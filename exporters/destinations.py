@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alarm.config import Config
 from alarm.notify_config import (
     AlertmanagerDestination,
     NotificationsConfig,
@@ -31,6 +30,9 @@ from exporters.routing import Route
 from exporters.signing import decode_secret
 from exporters.slack import SlackSender
 from exporters.webhook import WebhookSender
+
+if TYPE_CHECKING:  # the assembled model: importing it imports every source type's settings
+    from alarm.config import Config
 
 
 @dataclass(slots=True, frozen=True)

@@ -37,9 +37,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alarm.config import Config
 from alarm.detector.alerts import AlertChange
 from alarm.settings import ConfigError
 from alarm.state import storage_cause
@@ -51,6 +50,9 @@ from exporters.outbox import ChannelStats, Outbox
 from exporters.recording import dead_letter_orphans, plan_changes, write_plan
 from exporters.routing import NOTIFIABLE
 from exporters.workers import Workers
+
+if TYPE_CHECKING:  # the assembled model: importing it imports every source type's settings
+    from alarm.config import Config
 
 log = logging.getLogger("capalarm.notify")
 

@@ -200,3 +200,27 @@ def test_yaml_errors_name_the_file_not_a_unicode_string(tmp_path, body):
     assert problem.startswith(f"(yaml): {path} is not valid YAML: ")
     if "nested" not in problem:
         assert f'in "{path}", line ' in problem
+
+
+@pytest.mark.parametrize(
+    "declared",
+    [
+        [],
+        [{"name": "k", "type": "file", "paths": ["/x"]}],
+        [{"name": "r", "type": "registry", "api": "pypi", "url": "http://x/"}],
+    ],
+)
+def test_an_unknown_source_type_is_told_every_registered_type_whatever_else_is_declared(
+    declared: list[dict[str, object]],
+) -> None:
+    # The union of a config's sources holds the settings of the types it declares only
+    # (issue 29); its tags, and so its messages, are every registered type's.
+    with pytest.raises(ConfigError) as exc:
+        config_from_dict(
+            {"sources": [*declared, {"name": "b", "type": "nope"}, {"name": "c", "type": "fs"}]}
+        )
+    n = len(declared)
+    assert exc.value.problems == [
+        f"sources[{n}].type: unknown type 'nope' (known: 'auto', 'kmsg', 'journald', 'file', 'fs', 'registry')",
+        f"sources[{n + 1}].paths: Field required",
+    ]

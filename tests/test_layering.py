@@ -36,10 +36,12 @@ def test_the_configuration_is_assembled_from_the_registered_parts_on_first_use()
     assert out.split() == ["fs", "['fs']", "True", "True"]
 
 
-# What a backtest of a kernel log must not load: another family's engine, the HTTP client, the
-# event loop (issue 29: together ~0.06 s of CPU in every run).
+# What a backtest of a kernel log must not load: another family's engine or settings, the HTTP
+# client, the event loop (issue 29: together ~0.1 s of CPU in every run).
 ENGINES = (
     "aiohttp",
+    "alarm.collectors.fs.settings",
+    "alarm.collectors.registry.settings",
     "asyncio",
     "ssl",
     "alarm.collectors.registry.http",
@@ -112,3 +114,23 @@ def test_every_registered_source_type_names_a_settings_model_and_a_factory() -> 
         "print(sorted(SOURCE_TYPES))"
     )
     assert out.split() == ["['auto',", "'file',", "'fs',", "'journald',", "'kmsg',", "'registry']"]
+
+
+def test_a_config_loads_the_settings_of_the_source_types_it_declares_and_no_others() -> None:
+    out = run(
+        "import sys\n"
+        "from alarm.config import config_from_dict\n"
+        "def loaded():\n"
+        "    return sorted(m.split('.')[2] for m in sys.modules if m.startswith('alarm.collectors')"
+        " and m.endswith('.settings'))\n"
+        "for sources in ([{'name': 'k', 'type': 'file', 'paths': ['/x']}],"
+        " [{'name': 'c', 'type': 'fs', 'paths': ['/x']}],"
+        " [{'name': 'r', 'type': 'registry', 'api': 'pypi', 'url': 'http://x/'}]):\n"
+        "    c = config_from_dict({'sources': sources})\n"
+        "    print(c.sources[0].type, loaded())\n"
+    )
+    assert out.splitlines() == [
+        "file ['kernel']",
+        "fs ['fs', 'kernel']",
+        "registry ['fs', 'kernel', 'registry']",
+    ]

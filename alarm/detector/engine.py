@@ -15,11 +15,11 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from alarm.config import BudgetRule, Config
+from alarm.config import BudgetRule
 from alarm.detector import fused, persist
 from alarm.detector.alerts import AlertBank, AlertChange, AlertState, fingerprint, state_name
 from alarm.detector.rows import AGGREGATE, as_slice, plan_rows
@@ -48,6 +48,9 @@ from alarm.detector.tail import TailBank
 from alarm.detector.views import SurfaceFigures, SurfaceMap
 from alarm.detector.whole_tick import WholeTick
 from alarm.surfaces import SurfaceKey
+
+if TYPE_CHECKING:  # the assembled model: importing it imports every source type's settings
+    from alarm.config import Config
 
 log = logging.getLogger("capalarm.detector")
 

@@ -8,6 +8,7 @@ declared surface can take (names cannot hold parentheses), so it never collides.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,11 +17,13 @@ from alarm.config import (
     UNCLASSIFIED,
     AggregateRule,
     BudgetRule,
-    Config,
     SpikeRule,
     SurfaceSettings,
 )
 from alarm.surfaces import SurfaceKey
+
+if TYPE_CHECKING:  # the assembled model: importing it imports every source type's settings
+    from alarm.config import Config
 
 AGGREGATE = "(all)"
 
