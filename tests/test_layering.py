@@ -99,7 +99,6 @@ def test_every_registered_source_type_names_a_settings_model_and_a_factory() -> 
     out = run(
         "from alarm.collectors import SOURCE_TYPES\n"
         "from alarm.collectors.base import resolve\n"
-        "from alarm.collectors.registry.settings import ApiSettings\n"
         "import typing\n"
         "for name, t in SOURCE_TYPES.items():\n"
         "    assert t.type == name and callable(resolve(t.factory)), name\n"
