@@ -21,7 +21,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from alarm.detector.rows import as_slice
 from alarm.detector.rules.base import Rule, RuleRows, TickInput
 
 SCALES = ("10m", "1h")
@@ -30,6 +29,7 @@ SLACK = 0.3
 MIN_EXTRA = 4.0
 MIN_SAMPLES = 2  # hours of history at this hour: two days
 WRITTEN_TICKS = 2  # the ledger's quantity index
+NO_ROWS = np.zeros(0, dtype=np.int64)
 
 
 class MembersRule(Rule):
@@ -61,8 +61,14 @@ class MembersRule(Rule):
         # it was down are cleared, not left holding counts from KEPT_HOURS before.
         self.last_hour = np.full(a, -1.0)
         self._samples_of: tuple[int, list[int]] = (-1, [])
-        # Each aggregate's members, as a slice where they are one run of rows.
-        self._members = [as_slice(m) for m in rows.aggregate_of]
+        # Every aggregate's members in aggregate order, where each aggregate's start, and the
+        # aggregates without members.
+        sizes = np.array([len(m) for m in rows.aggregate_of], dtype=np.int64)
+        self._order = np.concatenate(
+            [np.asarray(m, dtype=np.int64) for m in rows.aggregate_of] or [NO_ROWS]
+        )
+        self._starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        self._empty = sizes == 0
 
     def judge(self, t: TickInput) -> tuple[np.ndarray, np.ndarray] | None:
         ledger = self.rows.ledger
@@ -80,16 +86,25 @@ class MembersRule(Rule):
         if self._samples_of[0] != hour:
             self._samples_of = (hour, self._samples(hour))
         samples = self._samples_of[1]
-        for j, members in enumerate(self._members):
-            active = written[:, :, members].sum(axis=2).max(axis=1)  # per scale
-            self.count[:, j] = active
-            np.maximum(self.history[:, slot, j], active, out=self.history[:, slot, j])
-            ref = self.history[:, samples, j].astype(np.float64)
-            judged = (ref >= 0).sum(axis=1) >= MIN_SAMPLES
-            largest = ref.max(axis=1, initial=-1.0)
-            self.threshold[:, j] = np.where(
-                judged, largest + np.maximum(MIN_EXTRA, SLACK * largest), np.inf
-            )
+        # Every aggregate at once (a loop of ten numpy calls an aggregate cost a small fleet
+        # a third of its block's rules): the members written, per scale and phase, summed by
+        # aggregate over the members in aggregate order (a zero after them: an aggregate
+        # without members sums nothing), the larger phase per scale.
+        gathered = np.zeros((*written.shape[:2], self._order.size + 1), dtype=np.int64)
+        gathered[:, :, :-1] = written[:, :, self._order]
+        summed = np.add.reduceat(gathered, self._starts, axis=2)
+        summed[:, :, self._empty] = 0
+        active = summed.max(axis=1)  # (scale, aggregate)
+        self.count[:] = active
+        now = self.history[:, slot]
+        np.maximum(now, active, out=now)
+        # The slot just written is never among the samples (no hour is 6 weeks before itself).
+        ref = self.history[:, samples].astype(np.float64)  # (scale, sample, aggregate)
+        judged = (ref >= 0).sum(axis=1) >= MIN_SAMPLES
+        largest = ref.max(axis=1, initial=-1.0)
+        self.threshold[:] = np.where(
+            judged, largest + np.maximum(MIN_EXTRA, SLACK * largest), np.inf
+        )
         n = len(self.rows.targets)
         breached, clear = np.zeros(n, dtype=bool), np.ones(n, dtype=bool)
         rows = slice(self.rows.members, self.rows.members + len(self.aggregate_of))
