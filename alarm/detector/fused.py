@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
+import numpy as np
+
 try:  # built by pip where a compiler is
     from alarm.detector import _fused as built
 except ImportError:  # pragma: no cover - exercised where the extension was not built
@@ -31,6 +33,17 @@ def required() -> ModuleType:
             "(pip install needs gcc and the Python headers)"
         )
     return built
+
+
+F64 = np.dtype(np.float64)
+
+
+def as_float64(values: np.ndarray) -> np.ndarray:
+    """``values`` as C-contiguous float64 for the native passes, without numpy's call where
+    they already are (the tick's columns are): on a small fleet every call a tick counts."""
+    if isinstance(values, np.ndarray) and values.dtype is F64 and values.flags.c_contiguous:
+        return values
+    return np.ascontiguousarray(values, dtype=np.float64)
 
 
 def code_path() -> str:

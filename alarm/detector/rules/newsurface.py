@@ -95,7 +95,7 @@ class NewSurfaceRule(Rule):
             return None
         age = t.start - self.first_write[rows]
         over = (age > self.learning[rows]) | self.done[rows]
-        if over.any():  # learnt: the derived budget and the long-memory rules have it
+        if np.count_nonzero(over):  # learnt: the derived budget and long-memory rules have it
             self.excess[rows[over]] = 0.0
             rows = self._learning = rows[~over]
             age = age[~over]
@@ -103,7 +103,8 @@ class NewSurfaceRule(Rule):
         excess = np.maximum(0.0, self.excess[rows] + t.bits[rows] - allowance * t.tick)
         self.excess[rows] = excess
         tolerance = self.tolerance[rows]
-        if not (excess > CLEAR_FRACTION * tolerance).any() and not self.paged[rows].any():
+        calm = not np.count_nonzero(excess > CLEAR_FRACTION * tolerance)
+        if calm and not np.count_nonzero(self.paged[rows]):
             return None  # every learning row clear, none paged: nothing to step
         n = len(self.rows.targets)
         breached = np.zeros(n, dtype=bool)
