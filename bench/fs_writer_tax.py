@@ -2,23 +2,31 @@
 
 Two writers: one creating 100k small files (0-255 bytes, in 100 new directories), one appending
 4 KiB blocks to 4 large files (256 MiB in all).  Each runs alone, under ``inotifywait -m -r``
-(Debian inotify-tools; its events consumed by a reader), and under the capalarm fs collector
-(inotify mode and fanotify mode, each in its own process as in the service).  Medians of
-``--runs`` runs; for capalarm also whether it accounted for 100% of the files and bytes
-(inotifywait sees events, not bytes) and how long after the writer finished it had.
+(Debian inotify-tools; its events consumed by a reader), and under the service as users run
+it: ``capalarm run --config ...`` (the installed console command on ``PATH``: fs source,
+pipeline, detector, /metrics), one ``type: fs`` source on the tree in ``mode: inotify`` and in
+``mode: fanotify`` and one surface, started as bench/fs_watcher_cpu.py starts it (its
+``Capalarm`` class) and waited for until /metrics shows its first scan done.  Medians of
+``--runs`` runs; for capalarm also whether its /metrics counted every byte written and every
+event (each file and each new directory; appends: bytes only, since appends between two
+looks are one growth), the read mode /metrics names (``capalarm_source_info``), and how long
+after the writer finished /metrics showed it all (polled every 0.1 s).  inotifywait sees
+events, not bytes.
 
     python bench/fs_writer_tax.py              # on a private tmpfs (needs root)
     python bench/fs_writer_tax.py --runs 3 --disk
 
 The writer and each watcher are separate processes on this machine's cores; the figure is the
-writer's own wall time, measured inside it.
+writer's own wall time and CPU, measured inside it.  Before (until 2026-12-04) the capalarm
+condition was a test kit (tests/test_fs_kit.py's collector) summing batches into a stub in its
+own process, not the service.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -27,7 +35,8 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from fs_watcher_cpu import Capalarm as Service
+from fs_watcher_cpu import scrape
 
 FILES_WRITER = r"""
 import os, sys, time
@@ -55,35 +64,6 @@ for i in range(blocks):
 for fd in fds:
     os.close(fd)
 print(time.perf_counter() - t, time.process_time() - c)
-"""
-
-WATCHER = r"""
-import asyncio, json, sys, time
-sys.path.insert(0, sys.argv[3])
-from tests.test_fs_kit import collector, quiesce, running, settings
-root, mode = sys.argv[1], sys.argv[2]
-
-class Totals:
-    # What the pipeline does with a batch, vectorised: sums (no per-event Python work).
-    files = bytes = 0
-    async def __call__(self, batch):
-        self.files += batch.counts.get("files_created", 0)
-        if batch.events is not None:
-            self.bytes += int(batch.events.nbytes.sum())
-
-async def main():
-    rec = Totals()
-    c = collector(settings([root], mode=mode, settle=0.5, receipts={"sha256_max_files": 0}))
-    async with running(c, rec):
-        print("ready", flush=True)
-        await asyncio.to_thread(sys.stdin.readline)
-        t = time.perf_counter()
-        await quiesce(c, timeout=600)
-        lag = time.perf_counter() - t - 0.3  # quiesce's own wait for stability
-        print(json.dumps({"files": rec.files, "bytes": rec.bytes, "lag": max(lag, 0.0),
-                          "mode": c.health.mode}), flush=True)
-
-asyncio.run(main())
 """
 
 
@@ -133,27 +113,59 @@ class Inotifywait:
 
 
 class Capalarm:
-    def __init__(self, root: Path, mode: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", WATCHER, str(root), mode, str(REPO)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=REPO,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if line.strip() != "ready":
-            raise RuntimeError(f"capalarm watcher failed to start: {line!r}")
+    """``capalarm run`` with one fs source on ``root`` (bench/fs_watcher_cpu.py's way)."""
 
-    def stop(self) -> dict:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write("go\n")
-        self.proc.stdin.flush()
-        report = json.loads(self.proc.stdout.readline())
-        self.proc.kill()
-        self.proc.wait()
-        return report
+    def __init__(self, root: Path, work: Path, mode: str) -> None:
+        self.service = Service(root, work, mode, settle="0.5s")
+        try:
+            self.service.wait_scanned()
+        except BaseException:
+            self.service.stop()
+            raise
+
+    def stop(self, expect: dict) -> dict:
+        """Waits until /metrics shows what was written (at most 300 s), then stops it."""
+        s = self.service
+        t = time.perf_counter()
+        try:
+            try:
+                s.wait_handled(expect["bytes"], expect["events"])
+                handled = True
+            except RuntimeError as exc:
+                print(f"  capalarm {exc}", file=sys.stderr)
+                handled = False
+            lag = time.perf_counter() - t
+            text = scrape(s.port) or ""
+            nbytes, events = s.totals()
+            info = re.search(r'capalarm_source_info\{[^}]*source="fs"[^}]*\}', text)
+            mode = re.search(r'mode="([^"]*)"', info.group(0)) if info else None
+        finally:
+            s.stop()
+        return {
+            "bytes": int(nbytes),
+            "events": int(events),
+            "handled": handled,
+            "lag": lag,
+            "mode": mode.group(1) if mode else "?",
+        }
+
+
+def service_path() -> str:
+    """The ``capalarm`` the service runs as (first on ``PATH``, as fs_watcher_cpu.py starts
+    it) and where its interpreter imports ``alarm`` from."""
+    exe = shutil.which("capalarm")
+    if exe is None:
+        sys.exit("no capalarm on PATH (pip install the package)")
+    with open(exe, "rb") as fh:
+        first = fh.readline().decode(errors="replace").strip()
+    if not first.startswith("#!") or "python" not in first:
+        return f"{exe} (a wrapper, not a Python script: where it imports alarm from is not known)"
+    python = first[2:].split()[0]
+    probe = "import alarm; print(alarm.__file__)"
+    where = subprocess.run(
+        [python, "-c", probe], cwd="/", capture_output=True, text=True, check=True
+    ).stdout.strip()
+    return f"{exe} run (alarm from {Path(where).parent})"
 
 
 def one_run(base: Path, workload: str, condition: str, n_files: int, blocks: int) -> dict:
@@ -168,19 +180,24 @@ def one_run(base: Path, workload: str, condition: str, n_files: int, blocks: int
     if condition == "inotifywait":
         watcher = Inotifywait(root)
     elif condition.startswith("capalarm"):
-        watcher = Capalarm(root, condition.split("-")[1])
+        watcher = Capalarm(root, base, condition.split("-")[1])
     if workload == "files":
         seconds, cpu = run_writer(FILES_WRITER, str(root), str(n_files))
-        expect = {"files": n_files, "bytes": sum(i % 256 for i in range(n_files))}
+        # Every file and every new directory (1,000 files each) is an event.
+        dirs = (n_files + 999) // 1000
+        expect = {"bytes": sum(i % 256 for i in range(n_files)), "events": n_files + dirs}
     else:
         seconds, cpu = run_writer(APPEND_WRITER, str(root), str(blocks))
-        expect = {"files": 0, "bytes": blocks * 4096}
-    report = watcher.stop() if watcher is not None else {}
+        expect = {"bytes": blocks * 4096, "events": None}
+    if isinstance(watcher, Capalarm):
+        report = watcher.stop(expect)
+    else:
+        report = watcher.stop() if watcher is not None else {}
     shutil.rmtree(root)
     return {"seconds": seconds, "cpu": cpu, "expect": expect, **report}
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--files", type=int, default=100_000)
@@ -197,11 +214,14 @@ def main() -> None:
         mounted = True
     # capalarm-inotify is what mode: auto takes on a local file system.
     conditions = ["alone", "inotifywait", "capalarm-inotify", "capalarm-fanotify"]
+    service = service_path()
+    exact = True
     try:
         print(f"on {'the local disk' if args.disk else 'tmpfs'}, {args.runs} runs each, medians")
+        print(f"capalarm conditions: {service}, one type: fs source, mode inotify / fanotify")
         print(
             "workload | condition | writer wall s | vs alone | writer CPU s | vs alone | "
-            "accounted files | accounted bytes | counted s after writer"
+            "events in /metrics | bytes in /metrics | /metrics exact s after writer"
         )
         for workload in ("files", "append"):
             # Round-robin: background load that drifts during the run hits every condition.
@@ -220,17 +240,23 @@ def main() -> None:
                 files = bytes_ = lag = "-"
                 if condition.startswith("capalarm"):
                     e = runs[0]["expect"]
-                    files = (
-                        "100%"
-                        if all(r["files"] == r["expect"]["files"] for r in runs)
-                        else f"{min(r['files'] for r in runs)}/{e['files']}"
-                    )
                     bytes_ = (
                         "100%"
-                        if all(r["bytes"] == r["expect"]["bytes"] for r in runs)
+                        if all(r["bytes"] == e["bytes"] for r in runs)
                         else f"{min(r['bytes'] for r in runs)}/{e['bytes']}"
                     )
+                    if e["events"] is None:
+                        files = f"{statistics.median(r['events'] for r in runs):.0f} events"
+                    else:
+                        files = (
+                            "100%"
+                            if all(r["events"] == e["events"] for r in runs)
+                            else f"{min(r['events'] for r in runs)}/{e['events']}"
+                        )
+                    modes = sorted({r["mode"] for r in runs})
+                    files += f" (mode {','.join(modes)})"
                     lag = f"{statistics.median(r['lag'] for r in runs):.2f}"
+                    exact &= all(r["handled"] for r in runs)
                 elif condition == "inotifywait":
                     files = f"({statistics.median(r['events'] for r in runs):.0f} event lines)"
                 print(
@@ -238,10 +264,12 @@ def main() -> None:
                     f"{cpu / alone_cpu:.2f}x | {files} | {bytes_} | {lag}",
                     flush=True,
                 )
+        print(f"every capalarm run counted exactly what was written: {'yes' if exact else 'NO'}")
     finally:
         if mounted:
             subprocess.run(["umount", "-l", str(base)], check=False)
+    return 0 if exact else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
