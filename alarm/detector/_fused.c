@@ -41,6 +41,72 @@ static void release(Py_buffer *views, int count) {
         if (views[i].obj) PyBuffer_Release(&views[i]);
 }
 
+/* Held(*arrays): a rule's own arrays, their buffers taken once for the object's life (as the
+ * whole tick holds the detector's), so that a rule's tick hands over one object, not a
+ * dozen buffers: taking and releasing them cost a small fleet's beacon and duty steps more
+ * than their loops.  The Python side never replaces an array it handed over (saved state is
+ * restored in place), and numpy refuses to resize an array whose buffer is held. */
+#define HELD_MAX 16
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t count;
+    Py_buffer views[HELD_MAX];
+} HeldObject;
+
+static void Held_release(HeldObject *h) {
+    release(h->views, (int)h->count);
+    memset(h->views, 0, sizeof h->views);
+    h->count = 0;
+}
+
+static void Held_dealloc(HeldObject *h) {
+    Held_release(h);
+    Py_TYPE(h)->tp_free((PyObject *)h);
+}
+
+static int Held_init(HeldObject *h, PyObject *args, PyObject *kwds) {
+    if (kwds && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "Held: arrays only");
+        return -1;
+    }
+    const Py_ssize_t count = PyTuple_GET_SIZE(args);
+    if (count > HELD_MAX) {
+        PyErr_SetString(PyExc_ValueError, "Held: too many arrays");
+        return -1;
+    }
+    Held_release(h);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(args, i), &h->views[i],
+                               PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+            h->count = i;
+            Held_release(h);
+            return -1;
+        }
+        h->count = i + 1;
+    }
+    return 0;
+}
+
+static PyTypeObject HeldType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "alarm.detector._fused.Held",
+    .tp_basicsize = sizeof(HeldObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A rule's arrays, held for the object's life (rules/beacon.py, duty.py, ledger.py).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Held_init,
+    .tp_dealloc = (destructor)Held_dealloc,
+};
+
+/* The ``count`` buffers of a Held object, or NULL with a TypeError. */
+static Py_buffer *held_views(PyObject *obj, Py_ssize_t count, const char *what) {
+    if (!PyObject_TypeCheck(obj, &HeldType) || ((HeldObject *)obj)->count != count) {
+        PyErr_Format(PyExc_TypeError, "%s: a Held of %zd arrays", what, count);
+        return NULL;
+    }
+    return ((HeldObject *)obj)->views;
+}
+
 /* TailBank.update's per-row part: the SA of u0 and its spread, and the incidents.
  * Returns the rows ended.  Flags are 0/1 bytes (numpy bools) combined with & and |, and each
  * selection computes both sides: see the note above max_f. */
@@ -401,43 +467,46 @@ static Py_ssize_t beacon_loop(Py_ssize_t n, Py_ssize_t ring, int64_t tick_index,
     return hits;
 }
 
-/* beacon_step(tick_index, nbytes f64, enabled b, repeats i64, min_bytes f64, tolerance f32,
- *             exact, jitter f64, max_period i64, ring_tick i64[RING,n], ring_bytes f32[RING,n],
- *             ring_pos u16, period i64, size f64, breach b) -> rows that breach */
+/* beacon_step(tick_index, nbytes f64, exact, Held(enabled b, repeats i64, min_bytes f64,
+ *             tolerance f32, jitter f64, max_period i64, ring_tick i64[RING,n],
+ *             ring_bytes f32[RING,n], ring_pos u16, period i64, size f64, breach b))
+ *   -> rows that breach */
 static PyObject *beacon_step(PyObject *self, PyObject *args) {
-    enum { N = 13 };
-    Py_buffer v[N];
-    memset(v, 0, sizeof v);
+    Py_buffer nb;
+    memset(&nb, 0, sizeof nb);
     long long tick_index;
     int exact;
-    if (!PyArg_ParseTuple(args, "Ly*y*y*y*y*py*y*w*w*w*w*w*w*", &tick_index, &v[0], &v[1],
-                          &v[2], &v[3], &v[4], &exact, &v[5], &v[6], &v[7], &v[8], &v[9], &v[10],
-                          &v[11], &v[12]))
+    PyObject *held;
+    if (!PyArg_ParseTuple(args, "Ly*pO", &tick_index, &nb, &exact, &held)) return NULL;
+    Py_buffer *v = held_views(held, 12, "beacon_step");
+    if (!v) {
+        PyBuffer_Release(&nb);
         return NULL;
-    Arg rows[] = {{"nbytes", &v[0], 8},     {"enabled", &v[1], 1},   {"repeats", &v[2], 8},
-                  {"min_bytes", &v[3], 8},  {"tolerance", &v[4], 4}, {"jitter", &v[5], 8},
-                  {"max_period", &v[6], 8}, {"ring_pos", &v[9], 2},  {"period", &v[10], 8},
-                  {"size", &v[11], 8},      {"breach", &v[12], 1}};
-    Arg cells[] = {{"ring_tick", &v[7], 8}, {"ring_bytes", &v[8], 4}};
+    }
+    Arg rows[] = {{"nbytes", &nb, 8},       {"enabled", &v[0], 1},   {"repeats", &v[1], 8},
+                  {"min_bytes", &v[2], 8},  {"tolerance", &v[3], 4}, {"jitter", &v[4], 8},
+                  {"max_period", &v[5], 8}, {"ring_pos", &v[8], 2},  {"period", &v[9], 8},
+                  {"size", &v[10], 8},      {"breach", &v[11], 1}};
+    Arg cells[] = {{"ring_tick", &v[6], 8}, {"ring_bytes", &v[7], 4}};
     Py_ssize_t n, count;
     if (check(rows, 11, &n) < 0 || check(cells, 2, &count) < 0) {
-        release(v, N);
+        PyBuffer_Release(&nb);
         return NULL;
     }
     const Py_ssize_t ring = n ? count / n : 0;
     if (n && (count % n || ring < 1 || ring > BEACON_RING_MAX)) {
         PyErr_SetString(PyExc_ValueError, "the beacon rings are not whole entries of the rows");
-        release(v, N);
+        PyBuffer_Release(&nb);
         return NULL;
     }
     Py_ssize_t hits = 0;
     Py_BEGIN_ALLOW_THREADS
     if (n)
-        hits = beacon_loop(n, ring, (int64_t)tick_index, v[0].buf, v[1].buf, v[2].buf, v[3].buf,
-                           v[4].buf, exact, v[5].buf, v[6].buf, v[7].buf, v[8].buf, v[9].buf,
-                           v[10].buf, v[11].buf, v[12].buf);
+        hits = beacon_loop(n, ring, (int64_t)tick_index, nb.buf, v[0].buf, v[1].buf, v[2].buf,
+                           v[3].buf, exact, v[4].buf, v[5].buf, v[6].buf, v[7].buf, v[8].buf,
+                           v[9].buf, v[10].buf, v[11].buf);
     Py_END_ALLOW_THREADS
-    release(v, N);
+    PyBuffer_Release(&nb);
     return PyLong_FromSsize_t(hits);
 }
 
@@ -471,34 +540,42 @@ static void duty_loop(Py_ssize_t n, const double *restrict decay, const double *
     *not_clear = nc;
 }
 
-/* duty_step(decay f64, nbytes f64, enabled b, count, today, run, run_today, history,
- *           run_history f64, threshold f64, run_threshold f64, tick, clear_fraction,
- *           breach b, clear b) -> (rows that breach, rows not clear) */
+/* duty_step(decay f64, nbytes f64, tick, clear_fraction, tick_index,
+ *           Held(enabled b, count, today, run, run_today, history, run_history f64,
+ *                threshold f64, run_threshold f64, breach b, clear b, last_tick i64))
+ *   -> (rows that breach, rows not clear); every row's last tick is now ``tick_index``. */
 static PyObject *duty_step(PyObject *self, PyObject *args) {
-    enum { N = 13 };
-    Py_buffer v[N];
-    memset(v, 0, sizeof v);
+    enum { N = 2 };
+    Py_buffer in[N];
+    memset(in, 0, sizeof in);
     double tick, cf;
-    if (!PyArg_ParseTuple(args, "y*y*y*w*w*w*w*w*w*y*y*ddw*w*", &v[0], &v[1], &v[2], &v[3],
-                          &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &tick, &cf, &v[11],
-                          &v[12]))
+    long long tick_index;
+    PyObject *held;
+    if (!PyArg_ParseTuple(args, "y*y*ddLO", &in[0], &in[1], &tick, &cf, &tick_index, &held))
         return NULL;
-    Arg rows[] = {{"decay", &v[0], 8},      {"nbytes", &v[1], 8},     {"enabled", &v[2], 1},
-                  {"count", &v[3], 8},      {"today", &v[4], 8},      {"run", &v[5], 8},
-                  {"run_today", &v[6], 8},  {"history", &v[7], 8},    {"run_history", &v[8], 8},
-                  {"threshold", &v[9], 8},  {"run_threshold", &v[10], 8},
-                  {"breach", &v[11], 1},    {"clear", &v[12], 1}};
-    Py_ssize_t n, breached = 0, not_clear = 0;
-    if (check(rows, N, &n) < 0) {
-        release(v, N);
+    Py_buffer *v = held_views(held, 12, "duty_step");
+    if (!v) {
+        release(in, N);
         return NULL;
     }
+    Arg rows[] = {{"decay", &in[0], 8},     {"nbytes", &in[1], 8},     {"enabled", &v[0], 1},
+                  {"count", &v[1], 8},      {"today", &v[2], 8},       {"run", &v[3], 8},
+                  {"run_today", &v[4], 8},  {"history", &v[5], 8},     {"run_history", &v[6], 8},
+                  {"threshold", &v[7], 8},  {"run_threshold", &v[8], 8},
+                  {"breach", &v[9], 1},     {"clear", &v[10], 1},      {"last_tick", &v[11], 8}};
+    Py_ssize_t n, breached = 0, not_clear = 0;
+    if (check(rows, 14, &n) < 0) {
+        release(in, N);
+        return NULL;
+    }
+    int64_t *last_tick = v[11].buf;
     Py_BEGIN_ALLOW_THREADS
-    duty_loop(n, v[0].buf, v[1].buf, v[2].buf, v[3].buf, v[4].buf, v[5].buf, v[6].buf, v[7].buf,
-              v[8].buf, v[9].buf, v[10].buf, tick, cf, v[11].buf, v[12].buf, &breached,
+    duty_loop(n, in[0].buf, in[1].buf, v[0].buf, v[1].buf, v[2].buf, v[3].buf, v[4].buf,
+              v[5].buf, v[6].buf, v[7].buf, v[8].buf, tick, cf, v[9].buf, v[10].buf, &breached,
               &not_clear);
+    for (Py_ssize_t i = 0; i < n; i++) last_tick[i] = (int64_t)tick_index;
     Py_END_ALLOW_THREADS
-    release(v, N);
+    release(in, N);
     return Py_BuildValue("(nn)", breached, not_clear);
 }
 
@@ -507,37 +584,43 @@ static PyObject *duty_step(PyObject *self, PyObject *args) {
  * written) and the open block's longest run; where some row was never written (``unborn``),
  * how many of those the tick wrote.  Six numpy passes and a few index arrays a tick were a
  * fifth of a small fleet's tick.
- * ledger_add(k, bits f64[n], events f64[n], buf_bits f64[ticks, n], buf_events f64[ticks, n],
- *            run f64[n], block_run f64[n], first_day i64[n], never, unborn)
+ * ledger_add(k, bits f64[n], events f64[n], never, unborn,
+ *            Held(buf_bits f64[ticks, n], buf_events f64[ticks, n], run f64[n],
+ *                 block_run f64[n], first_day i64[n]))
  *   -> rows never written (first_day == never) that the tick wrote; -1 where ``unborn`` and
  *      no row is left unwritten; 0 without looking where not ``unborn``. */
 static PyObject *ledger_add(PyObject *self, PyObject *args) {
-    enum { N = 7 };
-    Py_buffer v[N];
-    memset(v, 0, sizeof v);
+    enum { N = 2 };
+    Py_buffer in[N];
+    memset(in, 0, sizeof in);
     Py_ssize_t k;
     long long never;
     int unborn;
-    if (!PyArg_ParseTuple(args, "ny*y*w*w*w*w*y*Lp", &k, &v[0], &v[1], &v[2], &v[3], &v[4],
-                          &v[5], &v[6], &never, &unborn))
+    PyObject *held;
+    if (!PyArg_ParseTuple(args, "ny*y*LpO", &k, &in[0], &in[1], &never, &unborn, &held))
         return NULL;
-    Arg rows[] = {{"bits", &v[0], 8},  {"events", &v[1], 8},    {"run", &v[4], 8},
-                  {"block_run", &v[5], 8}, {"first_day", &v[6], 8}};
-    Arg cells[] = {{"buf_bits", &v[2], 8}, {"buf_events", &v[3], 8}};
+    Py_buffer *v = held_views(held, 5, "ledger_add");
+    if (!v) {
+        release(in, N);
+        return NULL;
+    }
+    Arg rows[] = {{"bits", &in[0], 8},       {"events", &in[1], 8}, {"run", &v[2], 8},
+                  {"block_run", &v[3], 8}, {"first_day", &v[4], 8}};
+    Arg cells[] = {{"buf_bits", &v[0], 8}, {"buf_events", &v[1], 8}};
     Py_ssize_t n, count;
     if (check(rows, 5, &n) < 0 || check(cells, 2, &count) < 0) {
-        release(v, N);
+        release(in, N);
         return NULL;
     }
     if (k < 0 || (n && (count % n || k >= count / n)) || (!n && k != 0)) {
         PyErr_SetString(PyExc_ValueError, "ledger_add: the buffers have no row k");
-        release(v, N);
+        release(in, N);
         return NULL;
     }
-    const double *bits = v[0].buf, *events = v[1].buf;
-    double *bb = (double *)v[2].buf + k * n, *be = (double *)v[3].buf + k * n;
-    double *run = v[4].buf, *block_run = v[5].buf;
-    const int64_t *first_day = v[6].buf;
+    const double *bits = in[0].buf, *events = in[1].buf;
+    double *bb = (double *)v[0].buf + k * n, *be = (double *)v[1].buf + k * n;
+    double *run = v[2].buf, *block_run = v[3].buf;
+    const int64_t *first_day = v[4].buf;
     Py_ssize_t left = 0, born = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         bb[i] = bits[i];
@@ -553,8 +636,69 @@ static PyObject *ledger_add(PyObject *self, PyObject *args) {
             born += never_written & (bits[i] > 0);
         }
     }
-    release(v, N);
+    release(in, N);
     return PyLong_FromSsize_t(unborn && !left ? -1 : born);
+}
+
+/* The ledger's buffered ticks folded into the open block (Ledger._fold_buffer), as its numpy
+ * passes did: each quantity's sum over the ticks in tick order (numpy's sum along the outer
+ * axis adds row after row; of a single row, pairwise), added to the block once; the largest tick; the first and last
+ * written tick, the silence the first one broke and the last write.  Two dozen numpy passes
+ * once a block were a tenth of a small fleet's registered rules.
+ * ledger_fold(k, Held(buf_bits f64[ticks, n], buf_events f64[ticks, n], buf_start f64[ticks],
+ *             block f64[3, n], block_peak f64[n], last_write f64[n], longest_gap f64[n])) */
+static PyObject *ledger_fold(PyObject *self, PyObject *args) {
+    Py_ssize_t k;
+    PyObject *held;
+    if (!PyArg_ParseTuple(args, "nO", &k, &held)) return NULL;
+    Py_buffer *v = held_views(held, 7, "ledger_fold");
+    if (!v) return NULL;
+    Arg rows[] = {{"block_peak", &v[4], 8}, {"last_write", &v[5], 8}, {"longest_gap", &v[6], 8}};
+    Arg cells[] = {{"buf_bits", &v[0], 8}, {"buf_events", &v[1], 8}};
+    Py_ssize_t n, count;
+    if (check(rows, 3, &n) < 0 || check(cells, 2, &count) < 0) return NULL;
+    const Py_ssize_t ticks = v[2].len / 8;
+    if (v[3].len != 3 * n * 8 || (n && count != ticks * n) || k < 0 || k > ticks) {
+        PyErr_SetString(PyExc_ValueError, "ledger_fold: buffers, block or k out of shape");
+        return NULL;
+    }
+    const double *bits = v[0].buf, *events = v[1].buf, *start = v[2].buf;
+    double *block = v[3].buf, *peak = v[4].buf, *last_write = v[5].buf, *gap = v[6].buf;
+    if (!k) Py_RETURN_NONE;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double sb = bits[i], se = events[i], top = bits[i];
+        if (n == 1) { /* one row: the ticks are contiguous, and numpy sums them pairwise */
+            sb = numpy_sum(bits, k);
+            se = numpy_sum(events, k);
+        }
+        int64_t written = bits[i] > 0;
+        Py_ssize_t first = bits[i] > 0 ? 0 : -1, last = first;
+        for (Py_ssize_t j = 1; j < k; j++) {
+            const double b = bits[j * n + i];
+            if (n > 1) {
+                sb += b;
+                se += events[j * n + i];
+            }
+            top = max_d(top, b);
+            if (b > 0) {
+                written++;
+                if (first < 0) first = j;
+                last = j;
+            }
+        }
+        block[i] += sb;
+        block[n + i] += se;
+        block[2 * n + i] += (double)written;
+        peak[i] = max_d(peak[i], top);
+        if (first >= 0) {
+            const double broken = start[first] - last_write[i];
+            gap[i] = max_d(gap[i], isfinite(broken) ? broken : 0.0);
+            last_write[i] = start[last];
+        } else {
+            gap[i] = max_d(gap[i], 0.0);
+        }
+    }
+    Py_RETURN_NONE;
 }
 
 /* numpy's pairwise summation (loops_utils.h.src), so that sums agree bit for bit. */
@@ -725,6 +869,7 @@ static PyMethodDef methods[] = {
     {"duty_step", duty_step, METH_VARARGS, "The duty rule's tick (rules/duty.py)."},
     {"tail_refit", tail_refit, METH_VARARGS, "TailBank.refit for a batch of rows."},
     {"ledger_add", ledger_add, METH_VARARGS, "The ledger's tick (rules/ledger.py)."},
+    {"ledger_fold", ledger_fold, METH_VARARGS, "The ledger's buffered ticks into its block."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -732,12 +877,18 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fused",
                                     "Fused per-row passes of the detector's tick.", -1, methods};
 
 PyMODINIT_FUNC PyInit__fused(void) {
-    if (PyType_Ready(&TickType) < 0) return NULL;
+    if (PyType_Ready(&TickType) < 0 || PyType_Ready(&HeldType) < 0) return NULL;
     PyObject *mod = PyModule_Create(&module);
     if (!mod) return NULL;
     Py_INCREF(&TickType);
     if (PyModule_AddObject(mod, "Tick", (PyObject *)&TickType) < 0) {
         Py_DECREF(&TickType);
+        Py_DECREF(mod);
+        return NULL;
+    }
+    Py_INCREF(&HeldType);
+    if (PyModule_AddObject(mod, "Held", (PyObject *)&HeldType) < 0) {
+        Py_DECREF(&HeldType);
         Py_DECREF(mod);
         return NULL;
     }

@@ -69,18 +69,13 @@ class BeaconBank:
         self.size = np.zeros(n)
         self.breach = np.zeros(n, dtype=bool)
         self._native = fused.required()
-
-    def step(self, tick_index: int, nbytes: np.ndarray) -> int:
-        """Judge and remember one tick's byte counts: how many rows are beacon evidence, each
-        marked in ``breach`` (reused by the next tick)."""
-        return self._native.beacon_step(
-            tick_index,
-            as_float64(nbytes),
+        # The arrays beacon_step reads and writes, held by the extension for the bank's life
+        # (every one is changed in place, restores included).
+        self._held = self._native.Held(
             self.enabled,
             self.repeats,
             self.min_bytes,
             self.tolerance,
-            self.exact,
             self.jitter,
             self.max_period,
             self.ring_tick,
@@ -90,6 +85,11 @@ class BeaconBank:
             self.size,
             self.breach,
         )
+
+    def step(self, tick_index: int, nbytes: np.ndarray) -> int:
+        """Judge and remember one tick's byte counts: how many rows are beacon evidence, each
+        marked in ``breach`` (reused by the next tick)."""
+        return self._native.beacon_step(tick_index, as_float64(nbytes), self.exact, self._held)
 
     def update(self, tick_index: int, nbytes: np.ndarray) -> np.ndarray:
         """``step``, and a copy of where the tick is beacon evidence."""

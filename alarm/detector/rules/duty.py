@@ -109,6 +109,22 @@ class DutyBank:
         self.breach = np.zeros(n, dtype=bool)
         self.clear = np.ones(n, dtype=bool)
         self._native = fused.required()
+        # The arrays duty_step reads and writes, held by the extension for the bank's life
+        # (every one is changed in place, restores included).
+        self._held = self._native.Held(
+            self.enabled,
+            self.count,
+            self.today,
+            self.run,
+            self.run_today,
+            self.history,
+            self.run_history,
+            self.threshold,
+            self.run_threshold,
+            self.breach,
+            self.clear,
+            self.last_tick,
+        )
 
     def nbytes(self) -> int:
         return sum(getattr(self, name).nbytes for name in self.STATE)
@@ -125,28 +141,14 @@ class DutyBank:
         reused by the next tick), how many rows breach and how many are not clear."""
         decay = self.advance(start, tick_index)
         breached, not_clear = self._native.duty_step(
-            as_float64(decay),
-            as_float64(nbytes),
-            self.enabled,
-            self.count,
-            self.today,
-            self.run,
-            self.run_today,
-            self.history,
-            self.run_history,
-            self.threshold,
-            self.run_threshold,
-            self.tick,
-            CLEAR_FRACTION,
-            self.breach,
-            self.clear,
+            as_float64(decay), as_float64(nbytes), self.tick, CLEAR_FRACTION, tick_index, self._held
         )
         return self.breach, self.clear, breached, not_clear
 
     def advance(self, start: float, tick_index: int) -> np.ndarray:
         """The bookkeeping of a tick before its counts: the days that ended roll, ticks
         skipped since the last one break the runs; returns each row's decay of the count
-        for this tick (``update`` applies it)."""
+        for this tick (``update`` applies it, and records the tick as every row's last)."""
         day = int(start // DAY)
         if self._last is not None and tick_index == self._last + 1:
             decay = self.decay
@@ -155,7 +157,6 @@ class DutyBank:
             gap = np.clip(tick_index - self.last_tick, 1, 1 << 30)
             decay = self.decay ** gap.astype(np.float64)
             self.run[gap > 1] = 0.0  # and break the run
-        self.last_tick[:] = tick_index
         self._last = tick_index
         if day != self._day:
             # Once a day (and after a restore): a pass over the rows, not every tick.

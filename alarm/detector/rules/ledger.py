@@ -116,6 +116,20 @@ class Ledger:
         self.block_index = NO_PERIOD
         self.closed = False  # whether the last add closed a block (rules judge then)
         self._native = fused.required()  # at start, not at the first tick
+        # The arrays the native tick and fold read and write, held by the extension for the
+        # ledger's life (every one is changed in place, restores included).
+        self._held_add = self._native.Held(
+            self._buf_bits, self._buf_events, self.run, self.block_run, self.first_day
+        )
+        self._held_fold = self._native.Held(
+            self._buf_bits,
+            self._buf_events,
+            self._buf_start,
+            self.block,
+            self.block_peak,
+            self.last_write,
+            self.longest_gap,
+        )
 
     # -- time ---------------------------------------------------------------------------
     def add(self, start: float, bits: np.ndarray, events: np.ndarray) -> None:
@@ -138,18 +152,7 @@ class Ledger:
         # The tick into the buffers, the run of written ticks it ends (0 where it was not
         # written) and the block's longest run, in place; and how many rows never written
         # before it wrote (-1: none is left to be): ``ledger_add`` in _fused.c.
-        born = self._native.ledger_add(
-            k,
-            bits,
-            events,
-            self._buf_bits,
-            self._buf_events,
-            self.run,
-            self.block_run,
-            self.first_day,
-            NO_PERIOD,
-            self._unborn,
-        )
+        born = self._native.ledger_add(k, bits, events, NO_PERIOD, self._unborn, self._held_add)
         self._buf_start[k] = start
         self._buffered = k + 1
         self.born = NO_ROWS
@@ -169,36 +172,17 @@ class Ledger:
 
     def _fold_buffer(self) -> None:
         """The buffered ticks into the open block: sums, the largest tick and the last
-        write of each row (the runs are already counted, in ``add``)."""
+        write of each row (the runs are already counted, in ``add``): ``ledger_fold`` in
+        _fused.c."""
         k = self._buffered
         if not k:
             return
-        bits, events = self._buf_bits[:k], self._buf_events[:k]
-        written = bits > 0
-        self._add_sums(self.block, bits, events, written)
-        np.maximum(self.block_peak, bits.max(axis=0), out=self.block_peak)
-        last = k - 1 - np.argmax(written[::-1], axis=0)  # each row's last written tick
-        wrote = written.any(axis=0)
-        first = np.argmax(written, axis=0)  # each row's first written tick
-        broken = np.where(wrote, self._buf_start[first] - self.last_write, 0.0)
-        np.maximum(
-            self.longest_gap, np.where(np.isfinite(broken), broken, 0.0), out=self.longest_gap
-        )
-        self.last_write[wrote] = self._buf_start[last[wrote]]
+        self._native.ledger_fold(k, self._held_fold)
         self._buffered = 0
 
     def flush(self) -> None:
         """Fold the buffered ticks in (before the state is saved)."""
         self._fold_buffer()
-
-    @staticmethod
-    def _add_sums(
-        block: np.ndarray, bits: np.ndarray, events: np.ndarray, written: np.ndarray
-    ) -> None:
-        """Buffered ticks (ticks, rows) added into ``block`` (quantity, rows)."""
-        block[0] += bits.sum(axis=0)
-        block[1] += events.sum(axis=0)
-        block[2] += written.sum(axis=0)
 
     def _open(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(quantity, rows) sums of the open block with the buffered ticks; the last tick's
@@ -207,8 +191,14 @@ class Ledger:
         blk = self.block[:, rows].copy()
         if not k:
             return blk, np.zeros(len(rows)), self.run[rows]
-        bits, events = self._buf_bits[:k, rows], self._buf_events[:k, rows]
-        self._add_sums(blk, bits, events, bits > 0)
+        bits = np.ascontiguousarray(self._buf_bits[:k, rows])
+        events = np.ascontiguousarray(self._buf_events[:k, rows])
+        # The fold's sums, into a copy (the rest of what it folds goes to scratch rows).
+        scratch = np.zeros((3, len(rows)))
+        self._native.ledger_fold(
+            k,
+            self._native.Held(bits, events, self._buf_start[:k].copy(), blk, *scratch),
+        )
         return blk, bits[-1], self.run[rows]
 
     def _advance(self, b: int) -> None:
