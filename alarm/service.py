@@ -31,6 +31,7 @@ from alarm.collectors.kernel.canary import EgressCanary
 from alarm.config import ConfigError, load_config
 from alarm.detector.alerts import AlertChange
 from alarm.events import Batch, SourceHealth
+from alarm.failures import FailureRun
 from alarm.history import HistoryRequest
 from alarm.pipeline import Pipeline
 from alarm.snapshot import Snapshot, SnapshotRequest, StateSaveView
@@ -137,7 +138,7 @@ class Service:
         self._reload_wanted = asyncio.Event()
         self._tg: asyncio.TaskGroup | None = None
         self.reloads = 0
-        self.internal_errors = 0
+        self.failures = FailureRun()  # the pipeline's calls that raised (alarm/failures.py)
         self.http: HttpServer | None = None
         self.canary = (
             EgressCanary(
@@ -304,6 +305,7 @@ class Service:
     ) -> Snapshot:
         snap = self.pipeline.snapshot(now, self.config.http.top_contributors, health, {}, request)
         plan = self._saves
+        snap.internal_errors = self.failures.total
         snap.state_save = StateSaveView(
             saves=plan.saves,
             failures=plan.failed_total,
@@ -330,7 +332,13 @@ class Service:
         name = rs.name
 
         async def emit(batch: Batch) -> None:
-            await self._catch_up(await self._on_pipeline(self._apply, name, batch, self._health()))
+            try:
+                advance = await self._on_pipeline(self._apply, name, batch, self._health())
+            except Exception as exc:  # the source is restarted from its position
+                self._pipeline_failed(exc, f"counting a batch of {name}")
+                raise
+            self.failures.worked()
+            await self._catch_up(advance)
             if self.pipeline.clock.cells > MAX_OPEN_CELLS:
                 await self._wait_for_room()
 
@@ -339,7 +347,7 @@ class Service:
             try:
                 await rs.collector.run(emit)
                 return
-            except asyncio.CancelledError:
+            except (asyncio.CancelledError, ServiceError):
                 raise
             except Exception as exc:  # a source must never take the service down
                 health = rs.collector.health
@@ -372,10 +380,25 @@ class Service:
                 await self._catch_up(
                     await self._on_pipeline(self._advance, time.time(), self._health())
                 )
-            except Exception:
-                # A bug in one evaluation must not stop the alarm: say so, count it, go on.
-                self.internal_errors += 1
-                log.exception("tick evaluation failed")
+            except Exception as exc:
+                # A bug in one evaluation must not stop the alarm: say so, count it, go on
+                # (until nothing but failures for minutes: alarm/failures.py).
+                self._pipeline_failed(exc, "tick evaluation")
+            else:
+                self.failures.worked()
+
+    def _pipeline_failed(self, exc: BaseException, what: str) -> None:
+        """A pipeline call raised: its traceback logged at the first of a run of failures,
+        a line at each later one; the service stops once they have run for minutes."""
+        now = time.time()
+        if self.failures.in_a_row:
+            log.error("%s failed again: %s: %s", what, type(exc).__name__, exc)
+        else:
+            log.error("%s failed", what, exc_info=exc)
+        self.failures.failed(exc, now)
+        why = self.failures.why_stop(now)
+        if why:
+            raise ServiceError(why) from None
 
     def _dispatch_all(self, changes: list[AlertChange]) -> None:
         for change in changes:
@@ -461,6 +484,11 @@ class Service:
                 tg.create_task(self.notify.run())
                 if self.canary is not None:
                     tg.create_task(self.canary.run())
+        except BaseExceptionGroup as group:
+            stopped = group.subgroup(ServiceError)
+            if stopped is None:
+                raise
+            raise stopped.exceptions[0] from None  # one line, exit status 1 (alarm/cli.py)
         finally:
             self._tg = None
             with contextlib.suppress(asyncio.CancelledError):

@@ -149,6 +149,7 @@ class Snapshot:
     unknown_surface_events: int
     open_ticks: int = 0
     backlog_skipped: int = 0
+    internal_errors: int = 0  # the pipeline's calls that raised (alarm/failures.py)
     # Pages the detector folded as not news, by (rule, reason) (detector/rules/precedent.py).
     pages_folded: dict[tuple[str, str], int] = field(default_factory=dict)
     # Only when asked for (the status page, ?history=1): never for a scrape of /metrics.

@@ -513,6 +513,13 @@ def service_families(snap: Snapshot) -> Iterable[Metric]:
         value=snap.open_ticks,
     )
     yield CounterMetricFamily(
+        "capalarm_internal_errors",
+        "Calls of the pipeline that raised (a tick's evaluation, a batch's counting): each is "
+        "logged with its traceback; failing for 5 minutes without a call that works, the "
+        "service stops with exit status 1.",
+        value=snap.internal_errors,
+    )
+    yield CounterMetricFamily(
         "capalarm_backlog_skipped_cells",
         "Counts of ticks older than event_time.max_backlog, moved into the first tick evaluated.",
         value=snap.backlog_skipped,

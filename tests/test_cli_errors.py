@@ -318,3 +318,53 @@ def test_yaml_errors_name_the_file_not_a_unicode_string(tmp_path, body, where):
     assert res.returncode == 2
     assert "<unicode string>" not in line
     assert f'in "{cfg}", {where}' in line, line
+
+
+BROKEN_PIPELINE = """
+import sys
+import alarm.failures, alarm.service
+from alarm.cli import main
+
+alarm.failures.STOP_AFTER, alarm.failures.STOP_AFTER_CALLS = 1.0, 3
+
+
+def broken(self, now, health):
+    # What a half-upgraded install did: the native module lacks a function the code calls.
+    raise AttributeError("module 'alarm.detector._fused' has no attribute 'ledger_add'")
+
+
+alarm.service.Service._advance = broken
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_pipeline_that_only_fails_stops_the_service_with_one_line(tmp_path):
+    # Before, a pipeline whose every call raised kept serving /metrics with no tick and a
+    # source restarted every 30 s, for ever: alive to a scrape, blind to every write.
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        f"tick: 0.2s\nstate_dir: {tmp_path / 'state'}\n"
+        f"sources: [{{name: k, type: file, paths: [{tmp_path / 'kern.log'}]}}]\n"
+    )
+    (tmp_path / "kern.log").write_text("")
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            BROKEN_PIPELINE,
+            "run",
+            "--config",
+            str(cfg),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 1, res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("capalarm: the pipeline failed "), res.stderr
+    assert "so nothing was counted or judged" in last and "has no attribute 'ledger_add'" in last
+    assert res.stderr.count("Traceback") == 1  # logged once, at the first failure
+    assert "failed again: AttributeError" in res.stderr

@@ -265,6 +265,7 @@ async def test_kill_9_in_the_middle_of_a_backlog_then_restart_is_exact(tmp_path)
             evaluated = metric(text, "capalarm_ticks_total")
             last = metric(text, "capalarm_last_tick_timestamp_seconds")
             assert evaluated == round((last - first) / tick), (evaluated, first, last)
+            assert metric(text, "capalarm_internal_errors_total") == 0  # no call raised
             await asyncio.sleep(2)  # deliveries
         finally:
             proc.terminate()
