@@ -193,6 +193,11 @@ class Detector:
         # Per registered rule: whether any of its alerts may be away from rest (a rule with
         # nothing to judge this tick steps its bank only then).
         self._rule_alerts_open = dict.fromkeys(self.rules, True)
+        # What the tick's loop over the registered rules reads of each, looked up once.
+        self._rule_banks = [
+            (name, rule, self.alert_banks[name], rule.PER_BLOCK)
+            for name, rule in self.rules.items()
+        ]
         self.incidents = Incidents(n, list(self.alert_banks))
         # Pages folded since start, by (rule, reason): young, precedent or incident (_fold).
         self.pages_folded: dict[tuple[str, str], int] = {}
@@ -302,21 +307,21 @@ class Detector:
             self.spike.rates,
         )
         closed = ledger.closed
-        for name, rule in self.rules.items():
-            if rule.PER_BLOCK and not closed:
+        alerts_open = self._rule_alerts_open
+        for name, rule, bank, per_block in self._rule_banks:
+            if per_block and not closed:
                 continue  # judged, and its alerts stepped, when a block closes
-            bank = self.alert_banks[name]
             judged = rule.judge(t)
             if judged is None:
-                if not self._rule_alerts_open[name]:
+                if not alerts_open[name]:
                     continue
                 n = len(self.keys)
                 judged = (np.zeros(n, dtype=bool), np.ones(n, dtype=bool))
             breached, clear = judged
             for row, prev, new in bank.step(now, tick, breached & rule.enabled, clear):
                 changes.append(self._change(row, name, prev, new, now, contributors))
-            self._rule_alerts_open[name] = bool(bank.state.any())
-        if any(c.state == "firing" for c in changes):
+            alerts_open[name] = bool(bank.state.any())
+        if changes and any(c.state == "firing" for c in changes):
             changes = self._fold(changes, now, tick)
         return changes
 
