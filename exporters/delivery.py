@@ -207,7 +207,16 @@ class MemoryRows:
     what became of each.  One lock makes every method atomic, so a row delivered while the
     pipeline thread is deciding the rows again is never held (and sent) again."""
 
-    __slots__ = ("_attempts", "_delivered", "_ids", "_lock", "_next_at", "_rows", "listener")
+    __slots__ = (
+        "_attempts",
+        "_delivered",
+        "_ids",
+        "_lock",
+        "_next_at",
+        "_rows",
+        "listener",
+        "stored_listener",
+    )
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -216,8 +225,12 @@ class MemoryRows:
         self._attempts: dict[int, int] = {}
         self._delivered: set[str] = set()  # idempotency keys
         self._ids: dict[str, int] = {}  # idempotency key -> stable negative id
-        # Told each key delivered (the notifier's held-changes journal, exporters/diskfull.py).
+        # Told each key delivered (the notifier's held-changes journal, exporters/diskfull.py):
+        # ``listener`` while its row is held here, ``stored_listener`` once the write that
+        # stored the held rows has cleared them (a send that was in flight then: its row is
+        # queued in the outbox now, and must not go out again from there).
         self.listener: Callable[[list[str]], None] | None = None
+        self.stored_listener: Callable[[list[str]], None] | None = None
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -274,10 +287,13 @@ class MemoryRows:
 
     def delivered(self, row: Row) -> None:
         with self._lock:
-            self._delivered.add(row.idem_key)
+            held = row.idem_key in self._ids  # else cleared: stored since it was taken
+            if held:
+                self._delivered.add(row.idem_key)
             self._drop(row)
-        if self.listener is not None:
-            self.listener([row.idem_key])
+        tell = self.listener if held else self.stored_listener
+        if tell is not None:
+            tell([row.idem_key])
 
     def gave_up(self, row: Row) -> None:
         with self._lock:

@@ -168,6 +168,7 @@ class Notifications:
         killed process's successor does not send it again (exporters/diskfull.py)."""
         for mem in channels.memory.values():
             mem.listener = self._held.journal.delivered
+            mem.stored_listener = self._held.journal.unsettled
 
     # -- recording (pipeline thread; reconcile on the outbox thread) ------------------------
     def record(self, changes: list[AlertChange], now: float | None = None) -> int:
@@ -219,7 +220,13 @@ class Notifications:
             if self._held.error is not None:
                 active.channels.stored()
             self._held.stored()
-            active.channels.forget_delivered(delivered)
+            # Sent from memory while this write ran: their rows were queued by it, and the
+            # journal's delivered keys it cleared no longer say so.  Kept as unsettled (sent,
+            # queued): the worker that claims such a row deletes it without sending it.
+            late = active.channels.delivered_from_memory() - delivered
+            if late:
+                self._held.journal.unsettled(late)
+            active.channels.forget_delivered(delivered | late)
             return len(plan.rows)
 
     def _hold(

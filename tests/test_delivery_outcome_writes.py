@@ -9,11 +9,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from exporters import notify as notify_module
 from exporters.diskfull import JOURNAL_NAME, Journal, WriteError
 from exporters.outbox import Outbox
 from tests.fakes.kit import change, record, running_notifications, wait_for
@@ -136,3 +138,54 @@ def test_a_held_change_left_out_of_the_journal_is_counted_and_logged_once(
     assert journal.lost == 40 - len(kept)
     logged = [r for r in caplog.records if "held changes do not fit the journal" in r.message]
     assert sum(int(r.getMessage().split()[1]) for r in logged) == journal.lost
+
+
+async def test_a_page_sent_from_memory_while_the_write_that_stores_it_runs_goes_out_once(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+):
+    """The disk full, a page goes out from memory; room again, the write that stores the held
+    changes takes a snapshot of what memory delivered, and the send completes while it runs.
+    Before, that page's row was queued by the write, the journal's delivered keys were cleared
+    with it, and the outbox's worker sent the page a second time."""
+    full = {"on": 0}
+    real_transaction = Outbox.transaction
+
+    def transaction(self):
+        if full["on"]:
+            raise sqlite3.OperationalError("database or disk is full")
+        return real_transaction(self)
+
+    monkeypatch.setattr(Outbox, "transaction", transaction)
+    rx = Receiver()
+    # The memory sends (outbox_write_failed's page, then s1's) are held open by the receiver.
+    rx.fail_next(["wait", "wait"])
+    loop = asyncio.get_running_loop()
+    real_write_plan = notify_module.write_plan
+    writes = []
+
+    def write_plan(tx, plan, delivered, now):
+        # The storing write, mid-way: let the held send of s1 complete, and its worker record
+        # it, before this write commits.
+        if not writes:
+            loop.call_soon_threadsafe(rx.release.set)
+            deadline = time.monotonic() + 10
+            while len(rx.received) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.3)
+        writes.append(delivered)
+        return real_write_plan(tx, plan, delivered, now)
+
+    monkeypatch.setattr(notify_module, "write_plan", write_plan)
+    async with serve(rx.app()) as srv, running_notifications(tmp_path, webhook(srv.port)) as n:
+        full["on"] = 1  # the disk fills
+        await record(n, change("s1"))  # held: sent from memory, the receiver waits
+        await asyncio.wait_for(rx.arrived.wait(), 10)
+        full["on"] = 0
+        await record(n, change("s2"))  # stores s1 (and s2) while s1's send completes
+        (ch,) = n.views
+        await wait_for(lambda: ch.queue_depth == 0 and len(rx.received) >= 2)
+        await asyncio.sleep(1.0)  # a second send of s1 would come now
+    assert writes and not writes[0]  # the snapshot was taken before either was delivered
+    targets = [r.payload["data"]["target"] for r in rx.received]
+    assert targets.count("s1") == 1 and targets.count("s2") == 1, targets
+    assert len(rx.ids()) == len(set(rx.ids())), targets  # nothing sent twice
