@@ -103,10 +103,10 @@ class TailBank:
         self.xi = np.zeros(rows)
         self.sigma = np.zeros(rows)
         # numpy's log and expm1 in place, which the native refit calls (fused.py): its
-        # thresholds are then numpy's to the last bit.
+        # thresholds are then numpy's to the last bit (``out`` positional: cheaper a call).
         self._log_buf, self._expm1_buf = np.ones(rows), np.zeros(rows)
-        self._log = partial(np.log, self._log_buf, out=self._log_buf)
-        self._expm1 = partial(np.expm1, self._expm1_buf, out=self._expm1_buf)
+        self._log = partial(np.log, self._log_buf, self._log_buf)
+        self._expm1 = partial(np.expm1, self._expm1_buf, self._expm1_buf)
         self._today = -1
         # _held_seconds' cache: the day array and the day it was computed for.
         self._held_key: np.ndarray | None = None

@@ -84,8 +84,17 @@ class MembersRule(Rule):
         written = ledger.window[:2, :, WRITTEN_TICKS] > 0  # (scale, phase, row)
         slot = hour % KEPT_HOURS
         if self._samples_of[0] != hour:
-            self._samples_of = (hour, self._samples(hour))
-        samples = self._samples_of[1]
+            # The thresholds of the hour: its samples' largest counts, which do not change
+            # until the next hour (the slot written is never among them, no hour being 6
+            # weeks before itself), so they are computed once an hour, not once a block.
+            samples = self._samples(hour)
+            self._samples_of = (hour, samples)
+            ref = self.history[:, samples].astype(np.float64)  # (scale, sample, aggregate)
+            judged = (ref >= 0).sum(axis=1) >= MIN_SAMPLES
+            largest = ref.max(axis=1, initial=-1.0)
+            self.threshold[:] = np.where(
+                judged, largest + np.maximum(MIN_EXTRA, SLACK * largest), np.inf
+            )
         # Every aggregate at once (a loop of ten numpy calls an aggregate cost a small fleet
         # a third of its block's rules): the members written, per scale and phase, summed by
         # aggregate over the members in aggregate order (a zero after them: an aggregate
@@ -98,13 +107,6 @@ class MembersRule(Rule):
         self.count[:] = active
         now = self.history[:, slot]
         np.maximum(now, active, out=now)
-        # The slot just written is never among the samples (no hour is 6 weeks before itself).
-        ref = self.history[:, samples].astype(np.float64)  # (scale, sample, aggregate)
-        judged = (ref >= 0).sum(axis=1) >= MIN_SAMPLES
-        largest = ref.max(axis=1, initial=-1.0)
-        self.threshold[:] = np.where(
-            judged, largest + np.maximum(MIN_EXTRA, SLACK * largest), np.inf
-        )
         n = len(self.rows.targets)
         breached, clear = np.zeros(n, dtype=bool), np.ones(n, dtype=bool)
         rows = slice(self.rows.members, self.rows.members + len(self.aggregate_of))
