@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from alarm.config import BeaconRule, ConfigError, config_from_dict
+from alarm.detector import fused
 from alarm.detector.engine import Detector
 from alarm.detector.rules.beacon import BeaconBank
 
@@ -233,5 +234,39 @@ def test_an_install_without_the_detector_extension_says_so_in_one_line(tmp_path)
     assert lines == [
         "capalarm: alarm.detector._fused is not built: reinstall capalarm where a C compiler "
         "is (pip install needs gcc and the Python headers)"
+    ], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_an_extension_built_from_older_sources_says_so_in_one_line(tmp_path):
+    """A checkout updated without reinstalling keeps a detector extension whose functions
+    take other arguments (or lack ones the code calls): the service stops at start with one
+    line saying to reinstall, not at the first tick (fused.API)."""
+    import subprocess
+    import sys
+
+    config = tmp_path / "capalarm.yaml"
+    config.write_text(
+        f"state_dir: {tmp_path / 'state'}\nsources: []\n"
+        "surfaces: [{name: a, kind: fs}]\nhttp: {listen: '127.0.0.1:0'}\n"
+    )
+    script = (
+        "import sys, types\n"
+        "from alarm.detector import fused\n"
+        "stale = types.ModuleType('alarm.detector._fused')\n"
+        "stale.__dict__.update({k: v for k, v in vars(fused.built).items() if k != 'API'})\n"
+        "fused.built = stale\n"
+        "from alarm import cli\n"
+        "sys.exit(cli.main(['run', '--config', sys.argv[1]]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(config)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 1, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("capalarm:")]
+    assert lines == [
+        f"capalarm: alarm.detector._fused was built from other sources than this code (API 0, "
+        f"this code needs {fused.API}): reinstall capalarm (pip install ., or pip install -e . "
+        "in a checkout)"
     ], proc.stderr
     assert "Traceback" not in proc.stderr

@@ -892,5 +892,12 @@ PyMODINIT_FUNC PyInit__fused(void) {
         Py_DECREF(mod);
         return NULL;
     }
+    /* What the Python side checks at start (fused.py, API): raised with every change of a
+     * function's arguments, so that a module built from older sources stops the start with
+     * one line, not the first tick with an AttributeError or TypeError. */
+    if (PyModule_AddIntConstant(mod, "API", 2) < 0) {
+        Py_DECREF(mod);
+        return NULL;
+    }
     return mod;
 }

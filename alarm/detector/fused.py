@@ -13,16 +13,21 @@ from __future__ import annotations
 
 from types import ModuleType
 
-import numpy as np
-
 try:  # built by pip where a compiler is
     from alarm.detector import _fused as built
 except ImportError:  # pragma: no cover - exercised where the extension was not built
     built = None
 
 
+# The extension's functions and arguments this code calls (``API`` in _fused.c, raised with
+# every change of them): a module built from other sources (a checkout updated without
+# reinstalling) is refused at start, not found out at the first tick.
+API = 2
+
+
 class NativeMissing(RuntimeError):
-    """The install has no detector extension (built without a C compiler)."""
+    """The install has no detector extension (built without a C compiler), or one built
+    from other sources than this code."""
 
 
 def required() -> ModuleType:
@@ -32,18 +37,13 @@ def required() -> ModuleType:
             "alarm.detector._fused is not built: reinstall capalarm where a C compiler is "
             "(pip install needs gcc and the Python headers)"
         )
+    if getattr(built, "API", 0) != API:
+        raise NativeMissing(
+            f"alarm.detector._fused was built from other sources than this code (API "
+            f"{getattr(built, 'API', 0)}, this code needs {API}): reinstall capalarm "
+            "(pip install ., or pip install -e . in a checkout)"
+        )
     return built
-
-
-F64 = np.dtype(np.float64)
-
-
-def as_float64(values: np.ndarray) -> np.ndarray:
-    """``values`` as C-contiguous float64 for the native passes, without numpy's call where
-    they already are (the tick's columns are): on a small fleet every call a tick counts."""
-    if isinstance(values, np.ndarray) and values.dtype is F64 and values.flags.c_contiguous:
-        return values
-    return np.ascontiguousarray(values, dtype=np.float64)
 
 
 def code_path() -> str:

@@ -32,7 +32,7 @@ import numpy as np
 
 from alarm.config import BeaconRule as BeaconSettings
 from alarm.detector import fused
-from alarm.detector.fused import as_float64
+from alarm.detector.columns import as_float64
 from alarm.detector.rules.base import Rule, RuleRows, TickInput
 
 # Writes remembered per row.  The ring must hold a beacon's ``repeats`` beats and every write

@@ -46,7 +46,7 @@ import numpy as np
 
 from alarm.config import DutyRule as DutySettings
 from alarm.detector import fused
-from alarm.detector.fused import as_float64
+from alarm.detector.columns import as_float64
 from alarm.detector.rules.base import Rule, RuleRows, TickInput
 
 DAY = 86400.0

@@ -33,7 +33,7 @@ import math
 import numpy as np
 
 from alarm.detector import fused
-from alarm.detector.fused import as_float64
+from alarm.detector.columns import as_float64
 
 BLOCK = 300.0
 HORIZONS = (600.0, 3600.0, 86400.0)  # the window lengths, seconds
