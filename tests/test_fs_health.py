@@ -131,9 +131,7 @@ async def test_a_deleted_tree_is_missing_and_counted_again_when_recreated(space)
         assert c.health.up and rec.counts["tree_missing"] == 1
         assert "missing" in c.health.last_error
         # Its files are forgotten once no scan can find them any more (moved, not deleted).
-        await wait_for(
-            lambda: not [k for k in rec.ledger if k.startswith("f:")], 10, "rows forgotten"
-        )
+        await wait_for(lambda: not rec.files(), 10, "rows forgotten")
         tree.mkdir()
         (tree / "sub").mkdir()
         write(tree / "sub" / "new", os.urandom(4321))

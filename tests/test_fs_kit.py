@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from alarm.collectors.base import SourceContext
+from alarm.collectors.fs.ledger import ledger_files
 from alarm.collectors.fs.settings import FsSettings
 from alarm.collectors.fs.source import FsCollector, build
 from alarm.events import Batch, Event
@@ -73,6 +74,11 @@ class Recorder:
                 self.ledger.pop(key, None)
             else:
                 self.ledger[key] = value
+
+    def files(self) -> dict[str, str]:
+        """The saved inodes, one ``f:<dev>:<ino>`` -> ledger value each: the ledger's
+        blocks and tombstones resolved as a restart reads them (ledger.py)."""
+        return ledger_files(self.ledger)
 
     def bytes_under(self, prefix: str) -> int:
         p = prefix.rstrip("/") + "/"

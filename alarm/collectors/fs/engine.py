@@ -32,11 +32,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from alarm.collectors.base import SourceUnavailable
 from alarm.collectors.fs.canary import Canaries, Canary
 from alarm.collectors.fs.columns import EventColumns
 from alarm.collectors.fs.ledger import (
+    TOMBSTONE,
+    block_seq,
+    block_values,
+    decode_block,
     parse_ledger_value,
+    resolve,
     tree_position,
     valid_position,
 )
@@ -130,6 +137,8 @@ class Engine:
         # The saved snapshot until open(): columns dev, ino, size, counted, mtime, names.
         self.saved_rows = tuple(array("q") for _ in range(6))
         self.saved_dirs: set[tuple[int, int]] = set()
+        self.saved_blocks: list[tuple[int, str, np.ndarray]] = []  # seq, key, columns
+        self.saved_gone: list[tuple[int, int]] = []  # tombstones: (dev, ino)
         self.awaiting_sweep: set[int] = set()  # trees whose restart reconcile is not done
         self.watermark = 0.0
         self.restart_since = 0.0
@@ -152,9 +161,14 @@ class Engine:
         """Rows read from the store (before :meth:`open`)."""
         for key, value in rows:
             try:
+                if key.startswith("b:"):
+                    self.saved_blocks.append((block_seq(key), key, decode_block(value)))
+                    continue
                 kind, dev, ino = key.split(":")
                 ident = (int(dev), int(ino))
-                if kind == "f":
+                if kind == "f" and value == TOMBSTONE:
+                    self.saved_gone.append(ident)
+                elif kind == "f":
                     size, counted, mtime, names = parse_ledger_value(value)
                     values = (ident[0], ident[1], size, counted, mtime, names)
                     for col, v in zip(self.saved_rows, values, strict=True):
@@ -166,6 +180,36 @@ class Engine:
             except (ValueError, AttributeError):
                 out.counts["ledger_rows_invalid"] += 1
                 out.ledger[str(key)] = None
+
+    def _saved_inodes(self, remap: dict[int, int], out: Output) -> None:
+        """The saved inodes into the state, one per (device, inode) as ledger.resolve reads
+        the rows; blocks holding anything overridden are written again (ledger.py)."""
+        state = self.state
+        devs, inos, sizes, counted, mtimes, names = self.saved_rows
+        if not self.saved_blocks and not self.saved_gone:
+            if remap:
+                for i, d in enumerate(devs):
+                    devs[i] = remap.get(d, d)
+            state.load_saved(devs, inos, sizes, counted, mtimes, names)
+            return
+        rows = np.array([np.frombuffer(c, dtype=np.int64) for c in self.saved_rows])
+        rows = rows.reshape(6, -1)
+        gone = np.array(self.saved_gone, dtype=np.uint64).view(np.int64).T.reshape(2, -1)
+        blocks = [(seq, cols) for seq, _, cols in self.saved_blocks]
+        cols, in_block, rewrite = resolve(blocks, rows, gone, remap)
+        state.block_seq = max((seq for seq, _, _ in self.saved_blocks), default=0) + 1
+        if rewrite:
+            for _, key, _ in self.saved_blocks:
+                out.ledger[key] = None
+            for dev, ino in self.saved_gone:
+                out.ledger[f"f:{dev}:{ino}"] = None
+            for value in block_values(*cols[:, in_block]):
+                out.ledger[f"b:{state.block_seq}"] = value
+                state.block_seq += 1
+        ino_list = cols[1].view(np.uint64).tolist()
+        state.load_saved(
+            cols[0].tolist(), ino_list, *(c.tolist() for c in cols[2:]), in_block.tolist()
+        )
 
     # -- opening -----------------------------------------------------------------------
     def open(self, now: float) -> Output:
@@ -204,12 +248,10 @@ class Engine:
             out.counts["devices_renumbered"] += len(remap)
         state = self.state
         state.saved_dirs = {(remap.get(d, d), i) for d, i in self.saved_dirs}
-        devs, inos, sizes, counted, mtimes, names = self.saved_rows
-        if remap:
-            for i, d in enumerate(devs):
-                devs[i] = remap.get(d, d)
-        state.load_saved(devs, inos, sizes, counted, mtimes, names)
+        self._saved_inodes(remap, out)
         self.saved_rows = tuple(array("q") for _ in range(6))
+        self.saved_blocks = []
+        self.saved_gone = []
         self.saved_dirs = set()
         for tree, st in zip(self.trees, stats, strict=True):
             saved = saved_trees.get(os.fsdecode(tree.path))
@@ -712,6 +754,7 @@ class Engine:
         self._canaries(now, out)
         state.flush(out)
         self._expire_orphans(now, out)
+        state.write_blocks(out)
         hashed, skipped = self.receipts.add(out.events, now)
         out.counts["receipts_hashed"] += hashed
         out.counts["receipts_skipped"] += skipped

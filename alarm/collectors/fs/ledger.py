@@ -6,17 +6,40 @@
   more than one name in the trees (hard links: names are not saved, so without the count a
   restart would take every extra name it finds for a new link), ``d:<dev>:<ino>`` -> ``1``
   for each directory.
-- Position: ``{"v": 1, "at": <watermark>, "trees": {path: {"state": "baseline"|"ready",
+- Blocks: a baseline's inodes (what a first scan finds, often all there is) are saved in
+  bulk, ``b:<seq>`` -> up to BLOCK_ENTRIES inodes as compressed columns (:func:`encode_block`),
+  not a row each: a row costs SQLite about as much as the whole scan spends on the file
+  (100,000 rows, 0.17 s of the pipeline thread; as blocks, 13 rows).  A block is never
+  rewritten while the source runs: an ``f:`` row of the same inode overrides it (a later
+  count), ``f:<dev>:<ino>`` -> ``-`` (TOMBSTONE) says the inode is gone, and of two blocks
+  holding one inode the later ``seq`` holds it.  A restart reads the rows back into the one
+  row per inode they stand for (:func:`resolve`) and, when blocks hold inodes something
+  overrode, writes those blocks again with what they still hold and deletes the tombstones
+  (so that what was overridden or deleted does not stay saved, whatever the churn).
+- Position: ``{"v": 2, "at": <watermark>, "trees": {path: {"state": "baseline"|"ready",
   "mode": ..., "dev": ..., "ino": ...}}}``: ``at`` is where a restart's outage window starts,
   a tree's root (dev, ino) tells it is the same tree (or the same one on a renumbered device).
+  Version 2 says the ledger may hold blocks: code that reads version 1 only (before blocks)
+  takes it as no position and starts from a baseline, counting nothing, where it would have
+  dropped the blocks as invalid rows and counted their files again as new.  Version 1 is read.
 """
 
 from __future__ import annotations
 
+import base64
 import math
+import zlib
+from collections.abc import Sequence
 from typing import Any
 
-POSITION_VERSION = 1
+import numpy as np
+
+POSITION_VERSION = 2
+READABLE_POSITIONS = (1, 2)  # 1: before ledger blocks
+BLOCK_ENTRIES = 16_384  # inodes per block row
+TOMBSTONE = "-"
+_BLOCK_FORMAT = "z1:"  # zlib of six little-endian int64 columns, base64
+_COLUMNS = 6  # dev, ino (as int64 bits), size, counted, mtime, names
 
 
 def ledger_value(size: int, counted: int, mtime: int, names: int = 1) -> str:
@@ -50,8 +73,136 @@ def position(watermark: float, trees: dict[str, dict[str, Any]]) -> dict[str, An
 def valid_position(value: Any) -> bool:
     return (
         isinstance(value, dict)
-        and value.get("v") == POSITION_VERSION
+        and value.get("v") in READABLE_POSITIONS
         and isinstance(value.get("at"), int | float)
         and math.isfinite(value["at"])
         and isinstance(value.get("trees"), dict)
     )
+
+
+def encode_block(
+    dev: np.ndarray,
+    ino: np.ndarray,
+    size: np.ndarray,
+    counted: np.ndarray,
+    mtime: np.ndarray,
+    names: np.ndarray,
+) -> str:
+    """Columns of inodes as one block value (zlib at level 1: a baseline's columns shrink
+    about tenfold for a few milliseconds per 100,000)."""
+    n = len(dev)
+    cols = np.empty((_COLUMNS, n), dtype="<i8")
+    # ino: a uint64 column's bits (an assignment casts without checking)
+    cols[0], cols[1], cols[2], cols[3], cols[4], cols[5] = dev, ino, size, counted, mtime, names
+    raw = zlib.compress(cols.tobytes(), 1)
+    return _BLOCK_FORMAT + base64.b64encode(raw).decode("ascii")
+
+
+def decode_block(value: str) -> np.ndarray:
+    """A block value -> its columns as rows of an int64 array (6, n): dev, ino (the bits of
+    a uint64), size, counted, mtime, names.  ValueError if it is not one."""
+    if not isinstance(value, str) or not value.startswith(_BLOCK_FORMAT):
+        raise ValueError("not a ledger block")
+    try:
+        raw = zlib.decompress(base64.b64decode(value[len(_BLOCK_FORMAT) :], validate=True))
+    except (zlib.error, ValueError) as exc:
+        raise ValueError(f"ledger block: {exc}") from None
+    if len(raw) % (8 * _COLUMNS):
+        raise ValueError("ledger block of a wrong length")
+    return np.frombuffer(raw, dtype="<i8").reshape(_COLUMNS, -1).astype(np.int64)
+
+
+def block_values(
+    dev: np.ndarray,
+    ino: np.ndarray,
+    size: np.ndarray,
+    counted: np.ndarray,
+    mtime: np.ndarray,
+    names: np.ndarray,
+) -> list[str]:
+    """Columns of inodes as block values of at most BLOCK_ENTRIES each."""
+    n = len(dev)
+    return [
+        encode_block(*(c[i : i + BLOCK_ENTRIES] for c in (dev, ino, size, counted, mtime, names)))
+        for i in range(0, n, BLOCK_ENTRIES)
+    ]
+
+
+def block_seq(key: str) -> int:
+    """``b:<seq>`` -> seq; ValueError otherwise."""
+    kind, _, seq = key.partition(":")
+    if kind != "b" or not seq.isdigit():
+        raise ValueError(key)
+    return int(seq)
+
+
+def resolve(
+    blocks: Sequence[tuple[int, np.ndarray]],
+    rows: np.ndarray,
+    gone: np.ndarray,
+    remap: dict[int, int] | None = None,
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """The inodes the saved rows stand for, one each: ``blocks`` (seq, columns as
+    :func:`decode_block` gives them), ``rows`` the ``f:`` rows' columns (6, n) and ``gone``
+    the tombstones' (dev, ino) (2, n), device numbers renumbered by ``remap``.  An ``f:`` row
+    or a tombstone holds its inode over every block, a block of a higher seq over one of a
+    lower.  Returns the columns (6, n), for each whether a block holds it, and whether any
+    row was overridden, a tombstone, or a block's renumbered (the blocks are to be written
+    again)."""
+    ordered = [cols for _, cols in sorted(blocks, key=lambda b: b[0])]
+    nb = sum(c.shape[1] for c in ordered)
+    tomb = np.zeros((_COLUMNS, gone.shape[1]), dtype=np.int64)
+    tomb[:2] = gone
+    every = np.concatenate([*ordered, rows, tomb], axis=1).astype(np.int64)
+    n = every.shape[1]
+    src = np.zeros(n, dtype=np.int8)  # 0 block, 1 f row, 2 tombstone
+    src[nb : nb + rows.shape[1]] = 1
+    src[nb + rows.shape[1] :] = 2
+    renumbered = False
+    if remap:
+        dev = every[0]
+        for old, new in remap.items():
+            hit = dev == old
+            renumbered |= bool(hit[:nb].any())
+            dev[hit] = new
+    # The last of each (dev, ino), in the order blocks (by seq), rows, tombstones.
+    order = np.lexsort((np.arange(n), every[1].view(np.uint64), every[0]))
+    d, i = every[0][order], every[1][order]
+    last = np.ones(n, dtype=bool)
+    last[:-1] = (d[1:] != d[:-1]) | (i[1:] != i[:-1])
+    won = order[last]
+    won = np.sort(won[src[won] != 2])  # saved order: blocks, then rows
+    stale = len(won) < n
+    return every[:, won], src[won] == 0, stale or renumbered
+
+
+def ledger_files(ledger: dict[str, str]) -> dict[str, str]:
+    """What a saved ledger says of its inodes, as one ``f:<dev>:<ino>`` -> ledger value each
+    (blocks and tombstones resolved; directories and invalid rows left out)."""
+    blocks = []
+    rows: list[list[int]] = []
+    gone: list[list[int]] = []
+    for key, value in ledger.items():
+        if key.startswith("b:"):
+            blocks.append((block_seq(key), decode_block(value)))
+        elif key.startswith("f:"):
+            dev, ino = (int(x) for x in key.split(":")[1:])
+            ino = int(np.uint64(ino).view(np.int64))
+            if value == TOMBSTONE:
+                gone.append([dev, ino])
+            else:
+                rows.append([dev, ino, *parse_ledger_value(value)])
+    cols, _, _ = resolve(
+        blocks,
+        np.array(rows, dtype=np.int64).T.reshape(_COLUMNS, -1),
+        np.array(gone, dtype=np.int64).T.reshape(2, -1),
+    )
+    return {
+        f"f:{d}:{i}": ledger_value(s, c, m, n)
+        for d, i, s, c, m, n in zip(
+            cols[0].tolist(),
+            cols[1].view(np.uint64).tolist(),
+            *(x.tolist() for x in cols[2:]),
+            strict=True,
+        )
+    }

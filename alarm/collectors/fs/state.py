@@ -40,9 +40,18 @@ import numpy as np
 from alarm.collectors.fs.birth import Births
 from alarm.collectors.fs.columns import EventColumns
 from alarm.collectors.fs.dirscan import EntryStat, Listing, ledger_rows
-from alarm.collectors.fs.ledger import ledger_value
+from alarm.collectors.fs.ledger import TOMBSTONE, block_values, ledger_value
 from alarm.collectors.fs.measure import SPARSE_SLACK, measure
-from alarm.collectors.fs.table import DELETED, PENDING, SAVED, InodeTable, U64Map, key64, view
+from alarm.collectors.fs.table import (
+    DELETED,
+    IN_BLOCK,
+    PENDING,
+    SAVED,
+    InodeTable,
+    U64Map,
+    key64,
+    view,
+)
 
 # What lstat said of an entry: os.lstat's, or a native listing's (dirscan.py).
 StatLike = os.stat_result | EntryStat
@@ -143,6 +152,12 @@ class FileState:
         self._dead_dirs: dict[int, int] = {}  # dir id -> tree, until flush drops its names
         self._paths: dict[int, bytes] = {}
         self._births = Births()
+        # Ledger blocks (ledger.py): the next block's number; the baseline inodes of this
+        # step, written as blocks at its end (:meth:`write_blocks`); the inodes (key64 of
+        # dev, ino) given a tombstone since the start, as a block may still hold them.
+        self.block_seq = 1
+        self._blocked: list[tuple[np.ndarray, ...]] = []
+        self.tombstones: set[int] = set()
 
     # -- generations and paths ---------------------------------------------------------
     def new_gen(self) -> int:
@@ -536,7 +551,14 @@ class FileState:
         dev, ino, mtime = lst.dev[fast], lst.ino[fast], lst.mtime[fast]
         inodes = self.inodes
         rows = inodes.add_many(
-            dev, ino, idents[ok], size[ok], m, 0 if count else m, mtime, PENDING if count else 0
+            dev,
+            ino,
+            idents[ok],
+            size[ok],
+            m,
+            0 if count else m,
+            mtime,
+            PENDING if count else IN_BLOCK,
         )
         self.names.put_many(keys[ok], (dir_id << 32) | rows, self.gen)
         view(inodes.names, np.int32)[rows] = 1
@@ -558,8 +580,32 @@ class FileState:
             if self.settle <= 0:
                 self._count_pending_rows(rows.tolist(), out)
         else:
-            ledger_rows(out.ledger, dev, ino, size[ok], m, mtime, np.ones(len(rows), np.int64))
+            self._blocked.append((dev, ino, size[ok], m, mtime, idents[ok]))
         return idx[~ok]
+
+    def write_blocks(self, out: Output) -> None:
+        """The baseline inodes of this step as ledger blocks, not a row each (ledger.py).
+        An inode given a tombstone before (a block holds it, it was forgotten, and its
+        number is used again) loses the tombstone, unless a row of its own was written
+        since it was listed (which holds it over the block).  Written before any tombstone
+        (:meth:`_forget`), so that a row this step wrote is always the later one."""
+        if not self._blocked:
+            return
+        cols = zip(*self._blocked, strict=True)
+        dev, ino, size, counted, mtime, idents = (np.concatenate(c) for c in cols)
+        self._blocked = []
+        if self.tombstones:
+            hit = np.isin(idents, np.fromiter(self.tombstones, np.uint64, len(self.tombstones)))
+            for d, i, k in zip(
+                dev[hit].tolist(), ino[hit].tolist(), idents[hit].tolist(), strict=True
+            ):
+                key = f"f:{d}:{i}"
+                if out.ledger.get(key) in (None, TOMBSTONE):  # none since, or from before
+                    out.ledger[key] = None
+                    self.tombstones.discard(k)
+        for value in block_values(dev, ino, size, counted, mtime, np.ones(len(dev), np.int64)):
+            out.ledger[f"b:{self.block_seq}"] = value
+            self.block_seq += 1
 
     def _save_row(self, row: int, out: Output) -> None:
         """The ledger row of a counted inode, as the table has it."""
@@ -573,7 +619,15 @@ class FileState:
         if row in self.pending:
             self._count_pending(row, out)
         inodes = self.inodes
-        out.ledger[f"f:{inodes.dev[row]}:{inodes.ino[row]}"] = None
+        dev, ino = inodes.dev[row], inodes.ino[row]
+        ident = key64((dev, ino))
+        if self._blocked:
+            self.write_blocks(out)  # the tombstone is the later write
+        if inodes.flags[row] & IN_BLOCK or ident in self.tombstones:
+            out.ledger[f"f:{dev}:{ino}"] = TOMBSTONE  # a saved block may hold it
+            self.tombstones.add(ident)
+        else:
+            out.ledger[f"f:{dev}:{ino}"] = None
         inodes.remove(row)
         self.saved_names.pop(row, None)
 
@@ -825,12 +879,15 @@ class FileState:
         counted: Sequence[int],
         mtimes: Sequence[int],
         names: Sequence[int],
+        in_block: Sequence[bool] | None = None,
     ) -> None:
-        """Inodes from the saved ledger, as columns."""
+        """Inodes from the saved ledger, as columns (``in_block``: whether a saved block
+        holds each)."""
         inodes = self.inodes
-        rows = zip(devs, inos, sizes, counted, mtimes, names, strict=True)
-        for dev, ino, size, c, mtime, n in rows:
+        blocked = in_block if in_block is not None else [False] * len(devs)
+        rows = zip(devs, inos, sizes, counted, mtimes, names, blocked, strict=True)
+        for dev, ino, size, c, mtime, n, b in rows:
             if inodes.find(dev, ino) < 0:
-                row = inodes.add(dev, ino, size, c, c, mtime, SAVED)
+                row = inodes.add(dev, ino, size, c, c, mtime, SAVED | IN_BLOCK if b else SAVED)
                 if n > 1:
                     self.saved_names[row] = n

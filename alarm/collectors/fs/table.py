@@ -212,6 +212,7 @@ class U64Map:
 # InodeTable flags
 PENDING = 1  # created or moved in, not yet counted (waiting for ``settle``)
 SAVED = 2  # loaded from the saved snapshot, not yet found by the reconcile scan
+IN_BLOCK = 4  # a saved ledger block holds it (ledger.py): its row goes with a tombstone
 
 
 class InodeTable:
