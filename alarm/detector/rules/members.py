@@ -29,7 +29,6 @@ SLACK = 0.3
 MIN_EXTRA = 4.0
 MIN_SAMPLES = 2  # hours of history at this hour: two days
 WRITTEN_TICKS = 2  # the ledger's quantity index
-NO_ROWS = np.zeros(0, dtype=np.int64)
 
 
 class MembersRule(Rule):
@@ -65,7 +64,8 @@ class MembersRule(Rule):
         # aggregates without members.
         sizes = np.array([len(m) for m in rows.aggregate_of], dtype=np.int64)
         self._order = np.concatenate(
-            [np.asarray(m, dtype=np.int64) for m in rows.aggregate_of] or [NO_ROWS]
+            [np.asarray(m, dtype=np.int64) for m in rows.aggregate_of]
+            or [np.zeros(0, dtype=np.int64)]
         )
         self._starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         self._empty = sizes == 0
