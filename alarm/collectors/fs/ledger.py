@@ -143,17 +143,21 @@ def resolve(
     remap: dict[int, int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, bool]:
     """The inodes the saved rows stand for, one each: ``blocks`` (seq, columns as
-    :func:`decode_block` gives them), ``rows`` the ``f:`` rows' columns (6, n) and ``gone``
+    :func:`decode_block` gives them; a list is emptied, so that they go once joined),
+    ``rows`` the ``f:`` rows' columns (6, n) and ``gone``
     the tombstones' (dev, ino) (2, n), device numbers renumbered by ``remap``.  An ``f:`` row
     or a tombstone holds its inode over every block, a block of a higher seq over one of a
     lower.  Returns the columns (6, n), for each whether a block holds it, and whether any
     row was overridden, a tombstone, or a block's renumbered (the blocks are to be written
     again)."""
     ordered = [cols for _, cols in sorted(blocks, key=lambda b: b[0])]
+    if isinstance(blocks, list):
+        blocks.clear()  # the caller's list lets go of the blocks' columns here
     nb = sum(c.shape[1] for c in ordered)
     tomb = np.zeros((_COLUMNS, gone.shape[1]), dtype=np.int64)
     tomb[:2] = gone
-    every = np.concatenate([*ordered, rows, tomb], axis=1).astype(np.int64)
+    every = np.concatenate([*ordered, rows, tomb], axis=1, dtype=np.int64)
+    del ordered
     n = every.shape[1]
     src = np.zeros(n, dtype=np.int8)  # 0 block, 1 f row, 2 tombstone
     src[nb : nb + rows.shape[1]] = 1
