@@ -207,41 +207,10 @@ def test_a_constant_rate_stream_whose_tick_sums_alias_is_not_a_beacon():
     assert not any(bank.update(i, np.array([a[i], b[i]])).any() for i in range(ticks))
 
 
-def test_an_install_without_the_detector_extension_says_so_in_one_line(tmp_path):
-    """The beacon rule's one definition is native (alarm/detector/_fused.c), and setup.py
-    requires the extension; an install that lacks it anyway (a checkout never built) stops
-    at start with one line naming what to do, not a traceback at the first tick."""
-    import subprocess
-    import sys
-
-    config = tmp_path / "capalarm.yaml"
-    config.write_text(
-        f"state_dir: {tmp_path / 'state'}\nsources: []\n"
-        "surfaces: [{name: a, kind: fs}]\nhttp: {listen: '127.0.0.1:0'}\n"
-    )
-    script = (
-        "import sys\n"
-        "from alarm.detector import fused\n"
-        "fused.built = None\n"
-        "from alarm import cli\n"
-        "sys.exit(cli.main(['run', '--config', sys.argv[1]]))\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", script, str(config)], capture_output=True, text=True, timeout=60
-    )
-    assert proc.returncode == 1, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("capalarm:")]
-    assert lines == [
-        "capalarm: alarm.detector._fused is not built: reinstall capalarm where a C compiler "
-        "is (pip install needs gcc and the Python headers)"
-    ], proc.stderr
-    assert "Traceback" not in proc.stderr
-
-
-def test_an_extension_built_from_older_sources_says_so_in_one_line(tmp_path):
-    """A checkout updated without reinstalling keeps a detector extension whose functions
-    take other arguments (or lack ones the code calls): the service stops at start with one
-    line saying to reinstall, not at the first tick (fused.API)."""
+def run_with_fused(tmp_path, patch: str) -> list[str]:
+    """``capalarm run`` on a small config after ``patch`` (Python, with ``fused`` imported)
+    has changed the detector extension it finds; it must stop at start, with one line and no
+    traceback.  Returns its ``capalarm:`` lines."""
     import subprocess
     import sys
 
@@ -253,9 +222,7 @@ def test_an_extension_built_from_older_sources_says_so_in_one_line(tmp_path):
     script = (
         "import sys, types\n"
         "from alarm.detector import fused\n"
-        "stale = types.ModuleType('alarm.detector._fused')\n"
-        "stale.__dict__.update({k: v for k, v in vars(fused.built).items() if k != 'API'})\n"
-        "fused.built = stale\n"
+        f"{patch}\n"
         "from alarm import cli\n"
         "sys.exit(cli.main(['run', '--config', sys.argv[1]]))\n"
     )
@@ -263,10 +230,31 @@ def test_an_extension_built_from_older_sources_says_so_in_one_line(tmp_path):
         [sys.executable, "-c", script, str(config)], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 1, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("capalarm:")]
-    assert lines == [
+    assert "Traceback" not in proc.stderr
+    return [line for line in proc.stderr.splitlines() if line.startswith("capalarm:")]
+
+
+def test_an_install_without_the_detector_extension_says_so_in_one_line(tmp_path):
+    """The beacon rule's one definition is native (alarm/detector/_fused.c), and setup.py
+    requires the extension; an install that lacks it anyway (a checkout never built) stops
+    at start with one line naming what to do, not a traceback at the first tick."""
+    assert run_with_fused(tmp_path, "fused.built = None") == [
+        "capalarm: alarm.detector._fused is not built: reinstall capalarm where a C compiler "
+        "is (pip install needs gcc and the Python headers)"
+    ]
+
+
+def test_an_extension_built_from_older_sources_says_so_in_one_line(tmp_path):
+    """A checkout updated without reinstalling keeps a detector extension whose functions
+    take other arguments (or lack ones the code calls): the service stops at start with one
+    line saying to reinstall, not at the first tick (fused.API)."""
+    stale = (
+        "stale = types.ModuleType('alarm.detector._fused')\n"
+        "stale.__dict__.update({k: v for k, v in vars(fused.built).items() if k != 'API'})\n"
+        "fused.built = stale"
+    )
+    assert run_with_fused(tmp_path, stale) == [
         f"capalarm: alarm.detector._fused was built from other sources than this code (API 0, "
         f"this code needs {fused.API}): reinstall capalarm (pip install ., or pip install -e . "
         "in a checkout)"
-    ], proc.stderr
-    assert "Traceback" not in proc.stderr
+    ]
