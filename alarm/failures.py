@@ -8,7 +8,9 @@ native extension after an upgrade did exactly that (0 ticks for an hour, a sourc
 every 30 s, nothing paged).  So once every call has failed for ``STOP_AFTER`` seconds (and at
 least ``STOP_AFTER_CALLS`` times in a row) the service stops with exit status 1 and one line
 naming the error: systemd or Kubernetes restart it, and a crash loop is what an operator and
-the ``CapalarmDown`` rule see.  One call that works starts the count again.
+the ``CapalarmDown`` rule see.  One call that works starts the count again; ticks and
+batches are counted apart (the service keeps one run of each), since ticks that always fail
+while batches count judge nothing either.
 """
 
 from __future__ import annotations

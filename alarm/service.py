@@ -138,7 +138,10 @@ class Service:
         self._reload_wanted = asyncio.Event()
         self._tg: asyncio.TaskGroup | None = None
         self.reloads = 0
-        self.failures = FailureRun()  # the pipeline's calls that raised (alarm/failures.py)
+        # The pipeline's calls that raised, ticks and batches apart: ticks that always fail
+        # while batches count still judge nothing (alarm/failures.py).
+        self.tick_failures = FailureRun()
+        self.batch_failures = FailureRun()
         self.http: HttpServer | None = None
         self.canary = (
             EgressCanary(
@@ -305,7 +308,7 @@ class Service:
     ) -> Snapshot:
         snap = self.pipeline.snapshot(now, self.config.http.top_contributors, health, {}, request)
         plan = self._saves
-        snap.internal_errors = self.failures.total
+        snap.internal_errors = self.tick_failures.total + self.batch_failures.total
         snap.state_save = StateSaveView(
             saves=plan.saves,
             failures=plan.failed_total,
@@ -335,9 +338,9 @@ class Service:
             try:
                 advance = await self._on_pipeline(self._apply, name, batch, self._health())
             except Exception as exc:  # the source is restarted from its position
-                self._pipeline_failed(exc, f"counting a batch of {name}")
+                self._pipeline_failed(self.batch_failures, exc, f"counting a batch of {name}")
                 raise
-            self.failures.worked()
+            self.batch_failures.worked()
             await self._catch_up(advance)
             if self.pipeline.clock.cells > MAX_OPEN_CELLS:
                 await self._wait_for_room()
@@ -383,20 +386,20 @@ class Service:
             except Exception as exc:
                 # A bug in one evaluation must not stop the alarm: say so, count it, go on
                 # (until nothing but failures for minutes: alarm/failures.py).
-                self._pipeline_failed(exc, "tick evaluation")
+                self._pipeline_failed(self.tick_failures, exc, "tick evaluation")
             else:
-                self.failures.worked()
+                self.tick_failures.worked()
 
-    def _pipeline_failed(self, exc: BaseException, what: str) -> None:
+    def _pipeline_failed(self, run: FailureRun, exc: BaseException, what: str) -> None:
         """A pipeline call raised: its traceback logged at the first of a run of failures,
         a line at each later one; the service stops once they have run for minutes."""
         now = time.time()
-        if self.failures.in_a_row:
+        if run.in_a_row:
             log.error("%s failed again: %s: %s", what, type(exc).__name__, exc)
         else:
             log.error("%s failed", what, exc_info=exc)
-        self.failures.failed(exc, now)
-        why = self.failures.why_stop(now)
+        run.failed(exc, now)
+        why = run.why_stop(now)
         if why:
             raise ServiceError(why) from None
 
