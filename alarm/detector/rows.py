@@ -152,3 +152,12 @@ def as_slice(members: np.ndarray) -> slice | np.ndarray:
     if rows.size and rows[-1] - rows[0] + 1 == rows.size:
         return slice(int(rows[0]), int(rows[-1]) + 1)
     return rows
+
+
+def members_in_order(aggregate_of: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Every aggregate's member rows, one aggregate after the other, and the bounds of each
+    (aggregate ``j``'s are ``order[bounds[j]:bounds[j + 1]]``): how the native tick sums the
+    aggregates and the members rule counts their members, in one gather each."""
+    order = [np.asarray(m, dtype=np.int64) for m in aggregate_of]
+    bounds = np.cumsum([0] + [len(m) for m in order]).astype(np.int64)
+    return (np.concatenate(order) if order else np.zeros(0, np.int64)), bounds

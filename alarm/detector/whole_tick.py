@@ -21,6 +21,8 @@ from types import ModuleType
 
 import numpy as np
 
+from alarm.detector.rows import members_in_order
+
 
 class WholeTick:
     """The buffers of one detector's native tick and the native object over them."""
@@ -53,8 +55,7 @@ class WholeTick:
         self.swarm_breach = np.zeros(a, dtype=bool)
         self.relative_projected = np.zeros(n)
         self.relative_ratio = np.zeros(n)
-        gather = [np.asarray(m, dtype=np.int64) for m in aggregate_of]
-        bounds = np.cumsum([0] + [len(m) for m in gather]).astype(np.int64)
+        order, bounds = members_in_order(aggregate_of)
         cells = (horizons, n)
         buffers = {
             "col": self.columns,
@@ -70,7 +71,7 @@ class WholeTick:
             "tail_refit": self.tail_refit,
             "swarm_tail_refit": self.swarm_tail_refit,
             "swarm_breach": self.swarm_breach,
-            "gather_order": np.concatenate(gather) if gather else np.zeros(0, np.int64),
+            "gather_order": order,
             "gather_bounds": bounds,
             "spread": np.zeros(n),
             "window_mean": np.zeros(cells),

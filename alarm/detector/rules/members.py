@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from alarm.detector.rows import members_in_order
 from alarm.detector.rules.base import Rule, RuleRows, TickInput
 
 SCALES = ("10m", "1h")
@@ -62,13 +63,9 @@ class MembersRule(Rule):
         self._samples_of: tuple[int, list[int]] = (-1, [])
         # Every aggregate's members in aggregate order, where each aggregate's start, and the
         # aggregates without members.
-        sizes = np.array([len(m) for m in rows.aggregate_of], dtype=np.int64)
-        self._order = np.concatenate(
-            [np.asarray(m, dtype=np.int64) for m in rows.aggregate_of]
-            or [np.zeros(0, dtype=np.int64)]
-        )
-        self._starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        self._empty = sizes == 0
+        self._order, bounds = members_in_order(rows.aggregate_of)
+        self._starts = bounds[:-1]
+        self._empty = np.diff(bounds) == 0
 
     def judge(self, t: TickInput) -> tuple[np.ndarray, np.ndarray] | None:
         ledger = self.rows.ledger
