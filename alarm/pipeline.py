@@ -59,6 +59,10 @@ if TYPE_CHECKING:  # the assembled model: importing it imports every source type
 
 # Source counters the source alarms judge, tick by tick.
 JUDGED = ("records_lost", "records_lost_unknown", "forged_records")
+# A batch's (surface, contributor) pairs are indexed by their own key, without sorting them,
+# where there are at most this many times as many possible pairs as the batch has cells
+# (their sums are then bincounts over every possible pair).
+DENSE_PAIRS = 4
 
 
 @dataclass(slots=True)
@@ -270,7 +274,13 @@ class Pipeline:
         n_c = contributors.count
         # One key per (tick, row, contributor), ordered that way: (row, contributor) pairs
         # made dense first, so the key stays far inside int64 whatever the table's size.
-        pairs, pair = np.unique(rows * n_c + cid, return_inverse=True)
+        # Where every pair of the table's rows and the batch's contributors is not many more
+        # than the cells, the pair's own key is that dense index (no sort of the cells).
+        pair = rows * n_c + cid
+        if len(self.table) * n_c <= DENSE_PAIRS * max(len(pair), 1):
+            pairs = np.arange(len(self.table) * n_c, dtype=np.int64)
+        else:
+            pairs, pair = np.unique(pair, return_inverse=True)
         first = int(ticks.min())
         cells, inverse = np.unique((ticks - first) * len(pairs) + pair, return_inverse=True)
         wrote = np.bincount(inverse, weights=nbytes, minlength=len(cells))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Sequence
 from itertools import compress, repeat
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ SurfaceKey = tuple[str, str]  # (kind, name)
 MAX_CONTRIBUTOR_CHARS = 200
 MAX_RECEIPT_FIELDS = 16
 MAX_RECEIPT_CHARS = 300
+_COUNT = itemgetter(1)  # of a (contributor, count) pair
 
 
 def bounded_name(contributor: str) -> str:
@@ -110,17 +112,20 @@ class HeavyHitters:
         return added + batch
 
     def _prune(self) -> None:
-        keep = heapq.nlargest(self._k, self._counts.items(), key=lambda kv: kv[1])
-        kept = dict(keep)
-        dropped = max((v for key, v in self._counts.items() if key not in kept), default=0)
-        self.error = max(self.error, dropped)
-        self._counts = kept
+        # A stable sort orders as heapq.nlargest does (ties in insertion order), and sorting
+        # in C costs less than nlargest's heap in Python: most prunes keep k of ~2k.
+        ranked = sorted(self._counts.items(), key=_COUNT, reverse=True)
+        if len(ranked) > self._k:
+            self.error = max(self.error, ranked[self._k][1])  # the largest count dropped
+        self._counts = dict(ranked[: self._k])
 
     def __contains__(self, contributor: str) -> bool:
         return contributor in self._counts
 
     def top(self, n: int) -> list[tuple[str, int]]:
-        return heapq.nlargest(n, self._counts.items(), key=lambda kv: kv[1])
+        if 2 * n >= len(self._counts):  # most of them (a tick's top k of at most 2k)
+            return sorted(self._counts.items(), key=_COUNT, reverse=True)[:n]
+        return heapq.nlargest(n, self._counts.items(), key=_COUNT)
 
     def clear(self) -> None:
         self._counts = {}
