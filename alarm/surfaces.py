@@ -90,6 +90,16 @@ class HeavyHitters:
             batch = [bounded_name(c) for c in contributors.names(ids)]
             self.add_many(batch, amounts.tolist())
             return batch
+        if not counts and m > 2 * k:
+            # Nothing held (a tick's summary of a surface, made afresh): the general case
+            # below with nothing to find, without its steps over no held names.
+            top = np.argpartition(amounts, m - (k + 1))[-(k + 1) :]
+            batch = [bounded_name(c) for c in contributors.names(ids[top])]
+            get = counts.get
+            for name, amount in zip(batch, amounts[top].tolist(), strict=True):
+                counts[name] = get(name, 0) + amount
+            self._prune()
+            return batch
         held = list(counts)
         at = contributors.find(held) if held else np.zeros(0, dtype=np.int64)
         j = np.minimum(np.searchsorted(ids, at), m - 1)

@@ -114,6 +114,8 @@ class FlowContributors:
     ``find`` reads the name back as the port-less flow."""
 
     __slots__ = (
+        "_alone",
+        "_before_port",
         "_index",
         "_keys",
         "_named",
@@ -140,6 +142,8 @@ class FlowContributors:
         self._named: dict[int, str] = {}
         self._read: dict[str, int] = {}
         self._parts: tuple[list[str], list[bool]] | None = None
+        self._alone: list[bool] | None = None
+        self._before_port: set[int] | None = None
 
     def names(self, ids: Sequence[int]) -> list[str]:
         named = self._named
@@ -155,6 +159,7 @@ class FlowContributors:
         named, read = self._named, self._read
         dsts, _ = self._tables()
         suffix, plain = self._protocol_parts()
+        alone, before_port = self._destination_parts()
         rest, proto = np.divmod(self._keys[fresh], max(len(s.protos), 1))
         dst, port = np.divmod(rest, _PORTS)
         hard = []
@@ -163,19 +168,38 @@ class FlowContributors:
             name = named[i] = f"{where}:{p - 1}{suffix[x]}" if p else where + suffix[x]
             # What is named is what is looked for next: read back now, as ``_find`` reads
             # it, without parsing the name where it can only read back as ``i`` (the
-            # address has no "/", the protocol part is this protocol's, and a name with a
-            # port is not also an address without one).
+            # address has no "/" and is its own, the protocol part is this protocol's, and
+            # a name with a port is not also an address without one).
             if (
                 plain[x]
-                and "/" not in where
-                and dsts.get(where) == d
-                and (p == 0 or f"{where}:{p - 1}" not in dsts)
+                and alone[d]
+                and (p == 0 or d not in before_port or f"{where}:{p - 1}" not in dsts)
             ):
                 read[name] = i
             else:
                 hard.append(name)
         if hard:
             read.update(zip(hard, self._find(hard).tolist(), strict=True))
+
+    def _destination_parts(self) -> tuple[list[bool], set[int]]:
+        """Per destination, whether it has no "/" and reads back as itself; and the
+        destinations that another one continues with ":digits" (only there can an address
+        and port spell another address), made once."""
+        if self._alone is None:
+            dsts, _ = self._tables()
+            listed = self.scan.dsts
+            self._alone = [
+                "/" not in where and dsts.get(where) == d for d, where in enumerate(listed)
+            ]
+            self._before_port = {
+                dsts[host]
+                for where in listed
+                if ":" in where
+                for host, _, port in (where.rpartition(":"),)
+                if port.isdigit() and host in dsts
+            }
+        assert self._before_port is not None
+        return self._alone, self._before_port
 
     def _protocol_parts(self) -> tuple[list[str], list[bool]]:
         """Per protocol: the end of a name ("/TCP", as ``contributor_name`` writes it), and
