@@ -17,6 +17,7 @@ sys.path.insert(0, str(REPO))  # `bench` is not an installed package
 
 from bench.nab import scorer  # noqa: E402
 from bench.nab.capalarm_nab import REFERENCE_RATE, SpikeSettings, encode, run_series  # noqa: E402
+from bench.nab.run import by_other_categories, halves  # noqa: E402
 from bench.nab.scorer import (  # noqa: E402
     CostMatrix,
     Series,
@@ -103,6 +104,30 @@ def test_null_scores_0_and_perfect_scores_100():
     for scores, expected in ((np.full(lay.rows, 0.5), 0.0), (perfect, 100.0)):
         result = evaluate([lay], {"f.csv": scores}, profiles)
         assert all(r.score == pytest.approx(expected) for r in result.values())
+
+
+def test_each_category_is_scored_at_the_threshold_chosen_on_the_others():
+    # Alone, a would choose 0.9 (below it, only its false positive at 0.6); b's window
+    # scores 0.6, so the corpus chooses 0.6.  Each chosen without it, a is scored at b's 0.6
+    # (its window and its false positive), b at a's 0.9 (its window missed).
+    a, b = one_file(1000, ((300, 340),), "a/1.csv"), one_file(1000, ((300, 340),), "b/1.csv")
+    scores = {"a/1.csv": np.zeros(1000), "b/1.csv": np.zeros(1000)}
+    scores["a/1.csv"][[300, 800]] = [0.9, 0.6]
+    scores["b/1.csv"][300] = 0.6
+    bench = scorer.Benchmark(Path("."), {"standard": STANDARD}, {}, {x.name: x for x in (a, b)})
+    results, chosen = by_other_categories(bench, ["a/1.csv", "b/1.csv"], scores)
+    assert chosen == {"a": 0.6, "b": 0.9}
+    held_out = results["standard"]
+    assert held_out.raw == pytest.approx((1.0 - 0.11) - 1.0)
+    assert (held_out.windows_detected, held_out.fp_rows, held_out.windows) == (1, 1, 2)
+    assert evaluate([a, b], scores, {"standard": STANDARD})["standard"].threshold == 0.6
+
+
+def test_the_halves_split_every_category():
+    names = [f"{c}/{i}.csv" for c in "ab" for i in range(5)]
+    chose, other = halves(names)
+    assert chose == ["a/0.csv", "a/2.csv", "a/4.csv", "b/0.csv", "b/2.csv", "b/4.csv"]
+    assert sorted(chose + other) == sorted(names)
 
 
 # -- NAB's files, read and scored ---------------------------------------------------------

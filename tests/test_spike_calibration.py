@@ -200,6 +200,37 @@ def test_the_onset_score_grades_incident_highs_only():
     assert min(scores) >= 0.0 and max(scores) < 1.0
 
 
+def test_a_rise_past_everything_a_row_kept_outranks_an_incident_within_what_another_kept():
+    # NAB's sweep ranks every row of every series by one score.  A heavy-tailed writer (sizes
+    # spread e^+-1, row 0): its threshold, extrapolated from three days of incident peaks to
+    # 0.1 false pages a week, lies about 9x above the largest of them, and a tick 3x past
+    # every incident it kept does not page.  A steady writer (e^+-0.2, row 1) that paged on a
+    # 30x burst half a day before writes a tick one scale below its threshold, inside what
+    # it has kept.  The first is the one far outside its own history: read as a distance to
+    # the threshold in each tail's scale it scored 0.12 against the second's 0.29 (on NAB, a
+    # Twitter volume jumping to 50 against a prior 99th percentile of 3 scored 0.012).
+    rng = np.random.default_rng(5)
+    model = model_of([SpikeRule(), SpikeRule()], TICK)
+    heavy = intermittent(rng, 3 * DAY, 0.5, 2_000, 1.0)
+    steady = intermittent(rng, 3 * DAY, 0.5, 2_000, 0.2)
+    steady[5 * DAY // 2] = 2_000 * 30.0
+    paged = [False, False]
+    for i in range(3 * DAY):
+        j = model.step(i, np.array([heavy[i], steady[i]]))
+        paged = [p or bool(b) for p, b in zip(paged, j.breach, strict=True)]
+        # Above 1/2 only where the rule pages.
+        assert all(j.breach | (model.det.spike_onset_scores() <= 0.5))
+    assert paged == [False, True]
+    tail = model.spike.tail
+    record = tail.kept[:2].reshape(2, -1).max(axis=1)  # the size statistic's, per row
+    size = np.array([record[0] + math.log(3.0), j.thresholds[0, 1] - tail.sigma[1]])
+    j = model.step(3 * DAY, np.exp(j.size_level + size))
+    rise, within = model.det.spike_onset_scores()
+    assert not j.breach.any()
+    assert j.residuals[0, 0] > record[0] and j.residuals[0, 1] < record[1]
+    assert 0.25 < rise < 0.5 and within < 0.25  # 1/4: level with the row's record
+
+
 def test_a_tail_once_known_is_not_forgotten_in_calm_weeks():
     # At an hourly tick a fortnight holds a few dozen incidents; a surface calm for longer
     # (its ordinary residuals below the incident level for weeks) ages every kept peak out.

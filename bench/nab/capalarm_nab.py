@@ -18,11 +18,12 @@ Mapping (documented in docs/nab.md):
   statistic that fired), so that NAB's threshold sweep can prefer strong firings over
   marginal ones.
 - a third reading, "onset": the same series through ``Detector`` in-process (the detector the
-  backtest runs, on the same ticks), each tick's ``spike_onset_scores()``: how far into its
-  calibrated tails a statistic lies on the ticks where its incident reaches a new high (1/2
-  at the threshold the rule fires at), 0 on the other ticks of an incident, so NAB's sweep
-  can choose the operating point as it does for every detector on its board, while a spike's
-  slowly decaying averages are not scored row after row.
+  backtest runs, on the same ticks), each tick's ``spike_onset_scores()`` on the ticks where a
+  statistic's incident reaches a new high: above 1/2 exactly where it is past the threshold
+  the rule fires at (graded by how far, in its tail's scale), below 1/2 by its ratio to the
+  largest incident the statistic keeps (1/4 level with it); 0 on the other ticks of an
+  incident, so NAB's sweep can choose the operating point as it does for every detector on
+  its board, while a spike's slowly decaying averages are not scored row after row.
 """
 
 from __future__ import annotations

@@ -11,7 +11,11 @@ on the files whose peer result files are in ../shared.
 capalarm runs with its default settings (alarm/config.py, chosen on the held-out bench's
 fleets, never on NAB).  ``--sensitivity`` adds rows for other false-alarm settings: chosen
 while looking at NAB's scores, they are labelled so and are never the headline.
-Floor (issue 11): standard profile, above windowedGaussian's 39.65.  See docs/nab.md.
+For the onset reading it also prints the score at the rule's own paging threshold (a
+statistic past its calibrated threshold scores above 1/2), with each category at the threshold
+NAB's optimiser picks on the other categories, and on the two halves of the files, one of
+which chose the reading's form (docs/nab.md).
+Floor (issue 11, issue 26): standard profile, above windowedGaussian's 39.65.  See docs/nab.md.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import math
 import statistics
 import sys
 import time
@@ -47,7 +52,12 @@ from bench.nab.scorer import (  # noqa: E402
     evaluate,
     load_benchmark,
     load_published,
+    normalise,
+    null_and_perfect,
+    optimise,
     result_path,
+    score_at,
+    sweepable,
 )
 
 NAB = REPO.parent / "shared/data/nab"
@@ -56,6 +66,9 @@ SHORT = {"standard": "standard", "reward_low_FP_rate": "low FP", "reward_low_FN_
 DEFAULTS = SpikeSettings()
 # Looked at with NAB's scores in view: reported apart, never the headline.
 SENSITIVITY = (1.0, 10.0, 100.0)
+# The onset reading is above 1/2 exactly where a statistic is past the calibrated threshold
+# the spike rule pages at (SpikeModel.onset_score): the least score that pages.
+PAGING_THRESHOLD = float(np.nextafter(0.5, 1.0))
 
 
 T = TypeVar("T")
@@ -108,10 +121,12 @@ def validate(bench: Benchmark, repeat: int) -> bool:
     return ok
 
 
-def row(name: str, results: dict[str, ProfileResult]) -> str:
+def row(name: str, results: dict[str, ProfileResult], thr: str | None = None) -> str:
+    """A table row; ``thr`` in place of the standard profile's threshold."""
     std = results["standard"]
     cells = "".join(f"{results[p].score:10.2f}" for p in PROFILES)
-    thr = "none" if std.threshold == float("inf") else f"{std.threshold:.4g}"
+    if thr is None:
+        thr = "none" if std.threshold == float("inf") else f"{std.threshold:.4g}"
     return (
         f"  {name:28s}{cells}   {std.windows_detected:3d}/{std.windows:<3d}{std.fp_rows:8d}   {thr}"
     )
@@ -180,6 +195,8 @@ def corpus_table(bench: Benchmark, workers: int, repeat: int, sensitivity: bool)
         f"{wg:.2f}: {'MET' if cap > wg else 'NOT MET'}; HTM (numenta) {htm:.2f}"
     )
 
+    onset_readings(bench, names, ours["capalarm (defaults, onset)"])
+
     # The peers' own result files in ../shared cover only some files: there, every
     # detector goes through the same scorer, thresholds optimised on that subset.
     subset = peer_names(bench)
@@ -196,6 +213,73 @@ def corpus_table(bench: Benchmark, workers: int, repeat: int, sensitivity: bool)
     print(header())
     for name, results in sorted(sub.items(), key=lambda kv: -kv[1]["standard"].score):
         print(row(name, results))
+
+
+def category(name: str) -> str:
+    """A file's NAB category, e.g. realTweets."""
+    return name.split("/")[0]
+
+
+def halves(names: list[str]) -> tuple[list[str], list[str]]:
+    """The files that chose the onset reading's form (in each category, sorted by name, the
+    1st, 3rd, 5th...) and the others, on which it was first scored (docs/nab.md)."""
+    chose: list[str] = []
+    other: list[str] = []
+    for c in sorted({category(n) for n in names}):
+        files = sorted(n for n in names if category(n) == c)
+        chose += files[0::2]
+        other += files[1::2]
+    return chose, other
+
+
+def by_other_categories(
+    bench: Benchmark, names: list[str], scores: dict[str, np.ndarray]
+) -> tuple[dict[str, ProfileResult], dict[str, float]]:
+    """Each category scored at the threshold NAB's optimiser picks on the other categories'
+    files (per profile), raw scores summed over the categories and normalised on the whole
+    corpus as NAB normalises; and the standard profile's threshold for each category."""
+    everything = bench.layouts_for(names)
+    n_windows = sweepable(everything, scores).n_windows
+    results: dict[str, ProfileResult] = {}
+    chosen: dict[str, float] = {}
+    for profile, cost in bench.profiles.items():
+        raw, hit, fp = 0.0, 0, 0
+        for c in sorted({category(n) for n in names}):
+            mine = bench.layouts_for(n for n in names if category(n) == c)
+            others = bench.layouts_for(n for n in names if category(n) != c)
+            threshold = optimise(sweepable(others, scores), cost).threshold
+            outcome = score_at(sweepable(mine, scores), cost, threshold)
+            raw, hit, fp = raw + outcome.raw, hit + outcome.windows_detected, fp + outcome.fp_rows
+            if profile == "standard":
+                chosen[c] = threshold
+        null, perfect = null_and_perfect(everything, cost)
+        score = normalise(raw, null, perfect)
+        results[profile] = ProfileResult(
+            profile, math.nan, raw, null, perfect, score, hit, n_windows, fp
+        )
+    return results, chosen
+
+
+def onset_readings(bench: Benchmark, names: list[str], scores: dict[str, np.ndarray]) -> None:
+    """The onset reading at other operating points than the corpus-optimised threshold."""
+    lay = bench.layouts_for(names)
+    print()
+    print("capalarm (defaults, onset) at other operating points:")
+    print(header())
+    print(row("NAB's optimiser, corpus", evaluate(lay, scores, bench.profiles)))
+    paging = dict.fromkeys(bench.profiles, PAGING_THRESHOLD)
+    at_paging = evaluate(lay, scores, bench.profiles, paging)
+    print(row("the rule's paging threshold", at_paging, "> 1/2"))
+    held_out, chosen = by_other_categories(bench, names, scores)
+    print(row("chosen on other categories", held_out, "per category, below"))
+    print(
+        "    standard's threshold for each category, chosen on the others: "
+        + ", ".join(f"{c} {t:.4g}" for c, t in chosen.items())
+    )
+    chose, other = halves(names)
+    for label, part in (("chose the form", chose), ("the other half", other)):
+        result = evaluate(bench.layouts_for(part), scores, bench.profiles)
+        print(row(f"{label} ({len(part)} files)", result))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -373,23 +373,41 @@ class SpikeModel:
 
     def onset_score(self, j: SpikeJudgement) -> np.ndarray:
         """Per row, a graded form of the rule's verdict for scorers that sweep a threshold
-        (NAB): for each judged statistic whose incident reached a new high this tick (it
-        began, or passed its running peak), how far into its calibrated tail the residual
-        lies, ``x = (r - z) / sigma``: the logistic ``1 / (1 + e^-x)`` below the threshold
-        (1/2 at it), ``1 - 1 / (2 + x)`` above it (the same slope at 0, and never rounding
-        to 1.0, so strong spikes stay ordered).  The largest over the statistics; 0 where
-        none judges or none rose.  Call after ``learn``: an incident's running peak is then
-        this tick's residual exactly where the tick set it.  Ticks inside an incident that
-        do not raise it score 0, as a pager pages once per incident, not once per tick."""
+        (NAB), on the ticks where a judged statistic's incident reached a new high (it began,
+        or passed its running peak); the largest over the statistics, 0 where none judges or
+        none rose.  Ticks inside an incident that do not raise it score 0, as a pager pages
+        once per incident, not once per tick.  Call after ``learn``: an incident's running
+        peak is then this tick's residual exactly where the tick set it.
+
+        Above 1/2 exactly where the residual ``r`` is past its calibrated threshold ``z``
+        (the tail's verdict the rule pages on): ``1 - 1 / (2 + x)``, ``x = (r - z) / sigma``
+        in the tail's scale, never rounding to 1.0, so strong spikes stay ordered.
+
+        Below 1/2, how the incident compares with the largest the statistic keeps (its
+        record over the days of peaks kept; its threshold where it keeps none), as a ratio of
+        rates, ``rho = e^(r - record)``: ``rho / (1 + rho) / 2``, 1/4 at the record.  The
+        threshold extrapolates the kept peaks to a rate of a few pages a year, so on a short
+        or heavy-tailed history it lies many multiples above them, and a distance to it in
+        the tail's scale (the reading before) ranked a rise past every incident the row had
+        kept below ordinary incidents of steady rows; the ratio to the row's own record needs
+        no scale.  docs/nab.md has how the reading was chosen."""
         tail = self.tail
         out = np.zeros(j.breach.size)
         per = self._per_statistic
         rose = per(tail.open) & (per(tail.peak) == j.residuals.astype(np.float32)) & j.judged
-        for r, ok, z, scale in zip(j.residuals, rose, j.thresholds, per(tail.sigma), strict=True):
+        record = per(tail.kept.reshape(tail.kept.shape[0], -1).max(axis=1))
+        least_page = np.nextafter(0.5, 1.0)
+        most_below = np.nextafter(0.5, 0.0)
+        per_statistic = zip(j.residuals, rose, j.thresholds, per(tail.sigma), record, strict=True)
+        for r, ok, z, scale, best in per_statistic:
             ok = ok & np.isfinite(z) & (scale > 0)
             x = np.where(ok, (r - z) / np.where(ok, scale, 1.0), 0.0)
-            below = 0.5 * (1.0 + np.tanh(0.5 * np.minimum(x, 0.0)))
-            score = np.where(x > 0, 1.0 - 1.0 / (2.0 + np.maximum(x, 0.0)), below)
+            page = np.maximum(1.0 - 1.0 / (2.0 + np.maximum(x, 0.0)), least_page)
+            # In float32, as the peaks are kept: an incident level with the record is not past it.
+            past = r.astype(np.float32) - np.where(np.isfinite(best), best, z)
+            past = np.where(ok, past, 0.0)
+            below = np.minimum(0.25 * (1.0 + np.tanh(0.5 * past)), most_below)
+            score = np.where(x > 0, page, below)
             np.maximum(out, np.where(ok, score, 0.0), out=out)
         return out
 
