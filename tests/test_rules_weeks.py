@@ -72,6 +72,47 @@ def test_a_patient_writer_on_a_quiet_surface_pages_within_three_days_before_64_k
     assert "days before yesterday" in first.summary
 
 
+def workday(rng: np.random.Generator, days: int, follow: float = 0.0, from_day: int = 0):
+    """A working-day host: 09:00-17:00 on weekdays, writing in 80 % of those ticks at ~17 kB,
+    a few strays at night and on weekends; from ``from_day`` on, a writer adds ``follow`` of
+    the host's level to every tick it writes (it follows the host's own curve)."""
+    nbytes = strays(rng, days * DAY, 0.5).astype(np.float64)
+    level = 17e3
+    for day in range(days):
+        if day % 7 >= 5:  # T0 is a Monday
+            continue
+        span = slice(day * DAY + 9 * HOUR, day * DAY + 17 * HOUR)
+        k = span.stop - span.start
+        writes = rng.random(k) < 0.8
+        nbytes[span] += np.where(writes, level * rng.lognormal(0, 0.3, k), 0.0)
+    nbytes[from_day * DAY :] += np.where(nbytes[from_day * DAY :] > 0, follow * level, 0.0)
+    return np.round(nbytes)
+
+
+def test_a_curve_follower_from_a_working_surface_s_second_week_pages_on_its_ordinary_days():
+    """+40 % of the host's level in every tick it writes, from its second Monday: within the
+    3x of the day statistic, and before two same weekdays are kept for the weekday one (the
+    long fleet's workday curve followers that began on days 6-14 were never paged).  Its
+    first week's working days stand in for its weeks."""
+    rng = np.random.default_rng(13)
+    det = detector([{"name": "build-cache", "kind": "fs"}])
+    fired = [(t, c) for t, c in replay(det, workday(rng, 10, 0.4, 7)) if c.rule == "drift"]
+    assert fired, "a curve follower ran three working days unpaged"
+    t, first = fired[0]
+    assert 7 * DAY <= t < 8 * DAY, f"paged on day {t / DAY:.1f}"
+    assert first.figures["drift_statistic"] == "ordinary_days"
+    assert "ordinary days" in first.summary
+
+
+def test_a_working_surface_s_own_weeks_are_no_drift():
+    """The same host for four weeks and nothing added: its weekends, its Mondays and the
+    spread of its working days page nothing."""
+    rng = np.random.default_rng(14)
+    det = detector([{"name": "build-cache", "kind": "fs"}])
+    fired = [(round(t / DAY, 1), c.rule) for t, c in replay(det, workday(rng, 28))]
+    assert not [f for f in fired if f[1] == "drift"], fired
+
+
 def test_a_session_on_a_weekday_that_had_none_is_no_drift():
     """Sessions on Mondays, Wednesdays and Fridays for three weeks, then one of the same size
     on a Tuesday.  The drift rule's weekday statistic held a weekday whose kept days were all

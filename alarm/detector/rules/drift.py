@@ -30,6 +30,13 @@ days beyond one per weekday: a surface that works on some weeks' Tuesdays and no
 (sessions) has no regular Tuesday to be judged against, only the day statistic.  A day's
 growth that the surface's own largest day already reached twice over is not drift; a weekly
 job's day is among the days kept.
+
+Until two same weekdays are kept (a surface's first two weeks and two days), its *ordinary
+days* stand in for its weeks, as hour-of-day pooling stands in for hour-of-week profiles
+while weeks are few: the kept days within 1.5x of its largest, where they are five or more
+and at least five in seven of its days (a working-day surface's weekdays; every day of a
+proxy's).  Today is judged against the largest of them the same way.  A surface whose days
+vary (sessions, jobs, bursts) has few days near its largest and is not judged by it.
 """
 
 from __future__ import annotations
@@ -57,6 +64,11 @@ WEEKDAY_MIN_DOF = 6  # days beyond one per weekday, for the spread
 WEEKDAY_SPREAD_FLOOR = 0.05
 WEEKDAY_CLEAR = 1.1
 COMPARABLE = np.log(4.0)  # weekdays whose mean day is within 4x below today's pool spreads
+# While two same weekdays are not kept, the surface's ordinary days stand in for them: the
+# kept days within 1.5x of its largest, where they are at least 5 and 5 in 7 of its days.
+POOL_NEAR = np.log(1.5)
+POOL_MIN_DAYS = 5
+POOL_SHARE = 5.0 / 7.0
 WORDS = {"bits": "bits", "events": "writes", "written_ticks": "written ticks"}
 
 
@@ -72,6 +84,7 @@ class DriftRule(Rule):
         "days_kept",
         "judged",
         "weekday_threshold",
+        "pooled",
         "today",
     )
 
@@ -85,6 +98,8 @@ class DriftRule(Rule):
         self.days_kept = np.zeros(n, dtype=np.int32)
         self.judged = np.zeros(n, dtype=bool)
         self.weekday_threshold = np.full((WEEKDAY_QUANTITIES, n), np.inf)
+        # Where the weekday threshold is the ordinary days' (no two same weekdays kept yet).
+        self.pooled = np.zeros((WEEKDAY_QUANTITIES, n), dtype=bool)
         self.today = np.zeros((WEEKDAY_QUANTITIES, n))
         self._yesterday_totals = np.zeros((WEEKDAY_QUANTITIES, n))
         self._days_kept: tuple[int, int] | None = None  # what the thresholds were made of
@@ -185,7 +200,32 @@ class DriftRule(Rule):
         threshold += MARGIN[:WEEKDAY_QUANTITIES, None]
         judged = (same.sum(axis=0) >= WEEKDAY_MIN) & (dof >= WEEKDAY_MIN_DOF) & self.enabled
         judged = judged & (smallest > 0)
-        return np.where(judged, threshold, np.inf)
+        pooled, pooled_judged = self._ordinary_days(logs, lived)
+        self.pooled = ~judged & pooled_judged
+        return np.where(judged, threshold, np.where(self.pooled, pooled, np.inf))
+
+    def _ordinary_days(self, logs: np.ndarray, lived: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The threshold of the surface's ordinary days (quantity, rows), and where it
+        judges: the largest kept day times exp(SPREADS x the spread of the ordinary days' log
+        totals), the ordinary days being those within POOL_NEAR of the largest.
+
+        Hour-of-day pooling while weeks are few, for days: a working-day surface's Monday
+        is judged in its second week against its first week's working days, where a curve
+        follower that started on day 6 to 14 had been judged by nothing but the 3x day
+        statistic until two same weekdays were kept (and by then its own days were among
+        them).  Judged only where the ordinary days are most of the kept days: a surface
+        whose days vary (sessions, jobs, bursts) has few days near its largest."""
+        kept = lived.sum(axis=0)  # (rows,)
+        largest = np.where(lived, logs, -np.inf).max(axis=1, initial=-np.inf)  # (quantity, rows)
+        ordinary = lived & (logs >= largest[:, None, :] - POOL_NEAR)  # (quantity, days, rows)
+        count = ordinary.sum(axis=1)
+        mean = np.where(ordinary, logs, 0.0).sum(axis=1) / np.maximum(count, 1)
+        dev = np.where(ordinary, logs - mean[:, None, :], 0.0)
+        spread = np.sqrt((dev * dev).sum(axis=1) / np.maximum(count - 1, 1))
+        spread = np.maximum(spread, WEEKDAY_SPREAD_FLOOR)
+        threshold = np.expm1(largest + SPREADS * spread) + MARGIN[:WEEKDAY_QUANTITIES, None]
+        judged = (count >= POOL_MIN_DAYS) & (count >= POOL_SHARE * kept) & self.enabled
+        return np.where(judged, threshold, np.inf), judged
 
     def describe(self, row: int) -> tuple[float, float, str, dict[str, Any]]:
         ratios = self.recent[:, row] / self.threshold[:, row]
@@ -205,6 +245,16 @@ class DriftRule(Rule):
         for i, name in enumerate(QUANTITIES[:WEEKDAY_QUANTITIES]):
             figures[f"drift_{name}_today"] = float(self.today[i, row])
             figures[f"drift_{name}_weekday_threshold"] = float(self.weekday_threshold[i, row])
+        if by_weekday and self.pooled[w, row]:
+            value, threshold = float(self.today[w, row]), float(self.weekday_threshold[w, row])
+            figures["drift_quantity"] = QUANTITIES[w]
+            figures["drift_statistic"] = "ordinary_days"
+            what = (
+                f"carried {value:,.0f} {WORDS[QUANTITIES[w]]} so far today, above any of its "
+                f"ordinary days by more than they vary (threshold {threshold:,.0f}): more "
+                f"than its own daily curve"
+            )
+            return value, threshold, what, figures
         if by_weekday:
             value, threshold = float(self.today[w, row]), float(self.weekday_threshold[w, row])
             figures["drift_quantity"] = QUANTITIES[w]
