@@ -84,7 +84,6 @@ class DriftRule(Rule):
         "days_kept",
         "judged",
         "weekday_threshold",
-        "pooled",
         "today",
     )
 
@@ -98,7 +97,8 @@ class DriftRule(Rule):
         self.days_kept = np.zeros(n, dtype=np.int32)
         self.judged = np.zeros(n, dtype=bool)
         self.weekday_threshold = np.full((WEEKDAY_QUANTITIES, n), np.inf)
-        # Where the weekday threshold is the ordinary days' (no two same weekdays kept yet).
+        # Where the weekday threshold is the ordinary days' (no two same weekdays kept yet);
+        # made with it, when a day is kept (not saved: a restore makes both again).
         self.pooled = np.zeros((WEEKDAY_QUANTITIES, n), dtype=bool)
         self.today = np.zeros((WEEKDAY_QUANTITIES, n))
         self._yesterday_totals = np.zeros((WEEKDAY_QUANTITIES, n))
