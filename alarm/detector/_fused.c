@@ -389,7 +389,82 @@ INTERNAL void predict_loop(Py_ssize_t n, const float *const *restrict near,
  * the same size (exactly, or within tolerance x size), the period as the gap to the latest
  * of them, and evidence when the ring holds the earlier beats at 2..repeats-1 periods back,
  * each within its jitter (never half a period), and the row did not write in most of the
- * ticks the beacon spans (a stream); then the tick joins the row's ring. */
+ * ticks the beacon spans (a stream); then the tick joins the row's ring.
+ *
+ * beacon_row judges one row; beacon_loop first finds, a block of rows at a time, which rows
+ * have an entry of exactly their size at all (most have none: a written tick's byte count
+ * seldom recurs), entry by entry over the block, so that each entry's row of the ring is
+ * read in order, as one stream, where a row's entries are RING streams 4n bytes apart.  At
+ * 100k rows that read was most of the rule's tick (docs/benchmarks.md, "Tick cost"). */
+#define BEACON_BLOCK 1024
+
+static inline Py_ssize_t beacon_row(Py_ssize_t i, Py_ssize_t n, Py_ssize_t ring,
+                                    int64_t tick_index, float size,
+                                    const int64_t *restrict repeats,
+                                    const float *restrict tol, int exact,
+                                    const double *restrict jitter,
+                                    const int64_t *restrict max_period,
+                                    int64_t *restrict ring_tick, float *restrict ring_bytes,
+                                    uint16_t *restrict pos, int64_t *restrict period_out,
+                                    double *restrict size_out, uint8_t *restrict breach) {
+    uint8_t same[BEACON_RING_MAX];
+    int64_t age[BEACON_RING_MAX], gap[BEACON_RING_MAX];
+    Py_ssize_t hit = 0;
+    int any = 0;
+    for (Py_ssize_t k = 0; k < ring; k++) {
+        const float r = ring_bytes[k * n + i];
+        same[k] = exact ? r == size : __builtin_fabsf(r - size) <= tol[i] * size;
+        any |= same[k];
+    }
+    if (any) {
+        const Py_ssize_t last = (pos[i] + ring - 1) % ring;
+        /* The same bytes in the tick before: a steady writer (period 1), not judged. */
+        const uint8_t steady = same[last] && tick_index - ring_tick[last * n + i] < 2;
+        if (!steady) {
+            int64_t period = INT64_MAX;
+            for (Py_ssize_t k = 0; k < ring; k++) {
+                age[k] = tick_index - ring_tick[k * n + i];
+                gap[k] = same[k] ? age[k] : INT64_MAX;
+                period = gap[k] < period ? gap[k] : period;
+            }
+            uint8_t ok = period >= 2 && period <= max_period[i];
+            period = ok ? period : 0;
+            const double jr = rint(jitter[i] * (double)period);
+            const int64_t jit = (int64_t)(jr >= 1.0 ? jr : 1.0);
+            const int64_t need = repeats[i];
+            /* A row that wrote in most of the ticks the beacon would span (as far as the
+             * ring sees) is a stream: a constant-rate stream's tick sums alias into a few
+             * sizes that recur at short, regular gaps. */
+            int64_t window = (need - 1) * period;
+            window = window < ring ? window : ring;
+            int64_t within = 0;
+            for (Py_ssize_t k = 0; k < ring; k++) within += age[k] <= window;
+            ok &= within <= window / 2; /* window >= 0: C's division is Python's here */
+            /* Each earlier beat has its own window, never reaching half a period: one
+             * write may not stand for two beats. */
+            const int64_t half = period >= 1 ? (period - 1) / 2 : -1;
+            for (int64_t beat = 2; beat < need && ok; beat++) {
+                const int64_t reach = beat * jit < half ? beat * jit : half;
+                int found = 0;
+                for (Py_ssize_t k = 0; k < ring; k++) {
+                    int64_t d = gap[k] - beat * period;
+                    d = d < 0 ? -d : d;
+                    found |= d <= reach;
+                }
+                ok &= found;
+            }
+            if (ok) {
+                breach[i] = 1;
+                period_out[i] = period;
+                size_out[i] = (double)size;
+                hit = 1;
+            }
+        }
+    }
+    return hit;
+}
+
+SIMD_CLONES
 static Py_ssize_t beacon_loop(Py_ssize_t n, Py_ssize_t ring, int64_t tick_index,
                               const double *restrict b, const uint8_t *restrict enabled,
                               const int64_t *restrict repeats, const double *restrict min_bytes,
@@ -399,70 +474,41 @@ static Py_ssize_t beacon_loop(Py_ssize_t n, Py_ssize_t ring, int64_t tick_index,
                               int64_t *restrict period_out, double *restrict size_out,
                               uint8_t *restrict breach) {
     Py_ssize_t hits = 0;
-    uint8_t same[BEACON_RING_MAX];
-    int64_t age[BEACON_RING_MAX], gap[BEACON_RING_MAX];
-    for (Py_ssize_t i = 0; i < n; i++) {
-        period_out[i] = 0;
-        breach[i] = 0;
-        if (!((enabled[i] & 1) && b[i] >= min_bytes[i])) continue;
-        /* float32: byte counts are exact up to 16 MiB a tick; above that, sizes closer than
-         * 1e-7 of each other match, which changes nothing. */
-        const float size = (float)b[i];
-        int any = 0;
-        for (Py_ssize_t k = 0; k < ring; k++) {
-            const float r = ring_bytes[k * n + i];
-            same[k] = exact ? r == size : __builtin_fabsf(r - size) <= tol[i] * size;
-            any |= same[k];
+    uint8_t written[BEACON_BLOCK], matched[BEACON_BLOCK];
+    float size[BEACON_BLOCK];
+    for (Py_ssize_t lo = 0; lo < n; lo += BEACON_BLOCK) {
+        const Py_ssize_t count = n - lo < BEACON_BLOCK ? n - lo : BEACON_BLOCK;
+        int any_written = 0;
+        for (Py_ssize_t j = 0; j < count; j++) {
+            const Py_ssize_t i = lo + j;
+            period_out[i] = 0;
+            breach[i] = 0;
+            written[j] = (enabled[i] & 1) && b[i] >= min_bytes[i];
+            any_written |= written[j];
+            /* float32: byte counts are exact up to 16 MiB a tick; above that, sizes closer
+             * than 1e-7 of each other match, which changes nothing. */
+            size[j] = (float)b[i];
+            matched[j] = !exact; /* within a tolerance: every row is judged entry by entry */
         }
-        if (any) {
-            const Py_ssize_t last = (pos[i] + ring - 1) % ring;
-            /* The same bytes in the tick before: a steady writer (period 1), not judged. */
-            const uint8_t steady = same[last] && tick_index - ring_tick[last * n + i] < 2;
-            if (!steady) {
-                int64_t period = INT64_MAX;
-                for (Py_ssize_t k = 0; k < ring; k++) {
-                    age[k] = tick_index - ring_tick[k * n + i];
-                    gap[k] = same[k] ? age[k] : INT64_MAX;
-                    period = gap[k] < period ? gap[k] : period;
-                }
-                uint8_t ok = period >= 2 && period <= max_period[i];
-                period = ok ? period : 0;
-                const double jr = rint(jitter[i] * (double)period);
-                const int64_t jit = (int64_t)(jr >= 1.0 ? jr : 1.0);
-                const int64_t need = repeats[i];
-                /* A row that wrote in most of the ticks the beacon would span (as far as the
-                 * ring sees) is a stream: a constant-rate stream's tick sums alias into a few
-                 * sizes that recur at short, regular gaps. */
-                int64_t window = (need - 1) * period;
-                window = window < ring ? window : ring;
-                int64_t within = 0;
-                for (Py_ssize_t k = 0; k < ring; k++) within += age[k] <= window;
-                ok &= within <= window / 2; /* window >= 0: C's division is Python's here */
-                /* Each earlier beat has its own window, never reaching half a period: one
-                 * write may not stand for two beats. */
-                const int64_t half = period >= 1 ? (period - 1) / 2 : -1;
-                for (int64_t beat = 2; beat < need && ok; beat++) {
-                    const int64_t reach = beat * jit < half ? beat * jit : half;
-                    int found = 0;
-                    for (Py_ssize_t k = 0; k < ring; k++) {
-                        int64_t d = gap[k] - beat * period;
-                        d = d < 0 ? -d : d;
-                        found |= d <= reach;
-                    }
-                    ok &= found;
-                }
-                if (ok) {
-                    breach[i] = 1;
-                    period_out[i] = period;
-                    size_out[i] = (double)size;
-                    hits++;
-                }
+        if (!any_written) continue;
+        if (exact)
+            for (Py_ssize_t k = 0; k < ring; k++) {
+                const float *entry = ring_bytes + k * n + lo;
+                for (Py_ssize_t j = 0; j < count; j++) matched[j] |= entry[j] == size[j];
             }
+        for (Py_ssize_t j = 0; j < count; j++) {
+            if (!written[j]) continue;
+            const Py_ssize_t i = lo + j;
+            /* A row with no entry of its size is no beacon this tick: it only joins the ring. */
+            if (matched[j])
+                hits += beacon_row(i, n, ring, tick_index, size[j], repeats, tol, exact, jitter,
+                                   max_period, ring_tick, ring_bytes, pos, period_out, size_out,
+                                   breach);
+            const Py_ssize_t p = pos[i];
+            ring_tick[p * n + i] = tick_index;
+            ring_bytes[p * n + i] = size[j];
+            pos[i] = (uint16_t)((p + 1) % ring);
         }
-        const Py_ssize_t p = pos[i];
-        ring_tick[p * n + i] = tick_index;
-        ring_bytes[p * n + i] = size;
-        pos[i] = (uint16_t)((p + 1) % ring);
     }
     return hits;
 }
