@@ -453,3 +453,70 @@ def test_the_ledger_keeps_each_weeks_longest_run_of_written_ticks_across_blocks_
     for week in weeks:
         assert np.array_equal(ledger.week_run[week % WEEKS].astype(np.float64), longest[week])
     assert longest[weeks[1]][4] > 7000  # the row that writes every tick: one run on and on
+
+
+def test_the_new_surface_sums_are_the_cusum_of_each_row_whichever_rows_the_tick_skips():
+    """The rule's tick reads only the rows that can owe something (rules/newsurface.py,
+    QuietRows); every row's sum, page and end must still be those of its own CUSUM,
+    S = max(0, S + bits - k x 4 ** (age / day) x tick), as a row alone computes it: rows born at
+    different ticks, quiet ones, sums that drain while the row is silent, pages that clear
+    (the row is done) and learning that ends, across a restart."""
+    rng = np.random.default_rng(26)
+    rows, ticks = 24, 720
+    surfaces = [
+        {
+            "name": f"n{i}",
+            "meta_bits_per_event": 0.0,  # the bits are 8 x the bytes
+            "newsurface": {
+                "allowance_bits_per_second": 100.0,
+                "tolerance_bits": 2e5,
+                "learning": "1h",
+            }
+            if i % 3
+            else {"allowance_bits_per_second": 50.0, "tolerance_bits": 1e5},
+        }
+        for i in range(rows)
+    ]
+    det = detector(surfaces)
+    rule = det.rules["newsurface"]
+    born = rng.integers(0, ticks // 2, rows)
+    nbytes = np.where(rng.random((ticks, rows)) < 0.3, rng.integers(10, 2000, (ticks, rows)), 0)
+    nbytes[np.arange(ticks)[:, None] < born[None, :]] = 0
+    nbytes[born, np.arange(rows)] = 50
+    bursts = rng.random((ticks, rows)) < 0.01  # above the tolerance within a few ticks
+    nbytes = np.where(bursts, 20_000, nbytes).astype(float)
+    allowance, tolerance = rule.allowance[:rows], rule.tolerance[:rows]
+    learning = rule.learning[:rows]
+    want = np.zeros(rows)
+    first = np.full(rows, np.nan)
+    paged = np.zeros(rows, dtype=bool)
+    done = np.zeros(rows, dtype=bool)
+    ended = np.zeros(rows, dtype=bool)
+    for t in range(ticks):
+        start = T0 + t * TICK
+        bits = nbytes[t] * 8
+        det.evaluate_arrays(start + TICK, TICK, nbytes[t], (nbytes[t] > 0).astype(float), never)
+        if t == ticks // 2:  # a restart: the rule's rows are found again from its state
+            rule.restored()
+        for i in range(rows):
+            if np.isnan(first[i]):
+                if bits[i] <= 0:
+                    continue
+                first[i] = start
+            if ended[i]:
+                continue
+            age = start - first[i]
+            if age > learning[i] or done[i]:
+                ended[i] = True
+                want[i] = 0.0
+                continue
+            grown = allowance[i : i + 1] * 4.0 ** (np.array([age]) / 86400.0)
+            want[i] = max(0.0, want[i] + bits[i] - float(grown[0]) * TICK)
+            clear = want[i] <= 0.5 * tolerance[i]
+            done[i] |= paged[i] and clear
+            paged[i] |= want[i] > tolerance[i]
+        assert np.array_equal(rule.excess[:rows], want), t
+    assert np.array_equal(rule.paged[:rows], paged)
+    # (A row that has ended is out of the rule: whether it is also marked done is no matter.)
+    assert np.array_equal(rule.done[:rows][~ended], done[~ended])
+    assert ended.sum() >= 2 and done.sum() >= 1 and paged.sum() >= 2, "the fleet ends rows"
