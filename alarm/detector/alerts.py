@@ -259,7 +259,8 @@ class AlertBank:
             return []  # nothing firing
         firing = self.state == AlertState.FIRING
         firing[fired] = False
-        rows = np.flatnonzero(firing & (values / ratio > self.peak))  # inf ratio: 0, never
+        rows = np.flatnonzero(firing)  # a few rows: the rest is read at those only
+        rows = rows[values[rows] / ratio[rows] > self.peak[rows]]  # inf ratio: 0, never
         self.peak[rows] = values[rows]
         return rows.tolist()
 
