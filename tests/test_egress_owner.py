@@ -12,7 +12,8 @@ import pytest
 
 from alarm.backtest import run_backtest
 from alarm.collectors.kernel import fence as fence_module
-from alarm.collectors.kernel.fence import FenceReader
+from alarm.collectors.kernel.fastscan import FlowScan
+from alarm.collectors.kernel.fence import FenceReader, FlowContributors
 from alarm.collectors.kernel.records import KernelRecord
 from alarm.config import config_from_dict
 from alarm.events import Batch
@@ -89,3 +90,31 @@ def test_a_backtest_alert_names_the_uid_in_its_payload_and_never_in_metrics(tmp_
     assert "4242" in top["receipt"]["uid"].split(",")
     doc = alert_document({"change": fired}, "k", LinkSet("http://capalarm/", None), 5)
     assert doc["top_contributors"][0]["receipt"] == top["receipt"]
+
+
+def test_every_contributors_owners_are_found_at_once() -> None:
+    """FlowOwners reads the receipts of all of a batch's contributors in one pass: one (UID,
+    prefix) pair over all of a contributor's flows gives that pair's receipt, several are
+    read from its flows; a contributor whose flows name no owner, or an index the table
+    does not hold (``find`` gives -1 for a name it cannot read), has none."""
+    scan = FlowScan()
+    agent = "EGRESS_FENCE agent-17"
+    rows = [
+        (1.0, agent, "eth0", "10.0.0.1", 100, "TCP", 443, 1000, True),
+        (2.0, agent, "eth1", "10.0.0.1", 100, "TCP", 443, 1000, True),  # the same pair
+        (1.0, "EGRESS_FENCE", "eth0", "10.0.0.2", 100, "TCP", 443, 1000, True),
+        (1.0, "EGRESS_FENCE", "eth0", "10.0.0.2", 100, "TCP", 443, None, True),
+        (1.0, "EGRESS_FENCE", "eth0", "10.0.0.3", 100, "TCP", 443, 1001, True),
+        (1.0, agent, "eth0", "10.0.0.3", 100, "TCP", 443, 1000, True),
+        (1.0, "EGRESS_FENCE", "eth0", "10.0.0.4", 100, "TCP", 443, None, True),
+    ]
+    scan.add_rows(rows, 10.0)
+    table = FlowContributors(scan)
+    index = {name: i for i, name in enumerate(table.names(range(table.count)))}
+    owners = table.evidence
+    assert owners is not None
+    assert owners.get(index["10.0.0.1:443/TCP"]) == {"uid": "1000", "prefix": agent}
+    assert owners.get(index["10.0.0.2:443/TCP"]) == {"uid": "1000"}
+    assert owners.get(index["10.0.0.3:443/TCP"]) == {"uid": "1000,1001", "prefix": agent}
+    assert owners.get(index["10.0.0.4:443/TCP"]) is None
+    assert owners.get(-1) is None and owners.get(table.count) is None
