@@ -1,7 +1,9 @@
-"""Ledger blocks (alarm/collectors/fs/ledger.py): a baseline's inodes are saved as a few
-compressed blocks, not a row each.  A restart reads them back as the rows they stand for:
-after a baseline of N files it counts nothing, a file changed while down counts once, a file
-deleted leaves the ledger, and blocks holding anything overridden are written again."""
+"""Ledger blocks (alarm/collectors/fs/ledger.py): a baseline's inodes, and files settled
+together, are saved as a few compressed blocks, not a row each.  A restart reads them back
+as the rows they stand for: after a baseline of N files it counts nothing, a file changed
+while down counts once, a file deleted leaves the ledger, and blocks holding anything
+overridden are written again.  While the source runs, small blocks are merged and, once half
+of what they hold is overridden or gone, the blocks are written again without it."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 from alarm.collectors.fs import ledger
 from alarm.collectors.fs.ledger import (
     TOMBSTONE,
+    SavedBlocks,
     decode_block,
     encode_block,
     ledger_files,
@@ -207,7 +210,7 @@ async def test_a_baseline_block_drops_a_tombstone_of_its_inode_number(tmp_path: 
     rec = Recorder()
     c = collector(settings([str(tree)], mode="inotify", settle=0.05), rec)
     rec.ledger[key] = TOMBSTONE  # as an earlier forget in this run left it
-    c.engine.state.tombstones.add(key64((st.st_dev, st.st_ino)))
+    c.engine.state.tombstones[key64((st.st_dev, st.st_ino))] = (st.st_dev, st.st_ino)
     async with running(c, rec):
         await quiesce(c)
     assert key not in rec.ledger
@@ -248,3 +251,210 @@ async def test_changes_while_running_override_the_blocks_across_a_restart(tmp_pa
         await quiesce(c)
     assert rec.by_path() == {str(grown): 100}, "nothing counted again"
     assert set(rec.files()) == expect_files(tree) and TOMBSTONE not in rec.ledger.values()
+
+
+def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Block sizes small enough for a test's few hundred files to merge and compact."""
+    monkeypatch.setattr(ledger, "BLOCK_ENTRIES", 64)  # full from 16
+    monkeypatch.setattr(ledger, "SMALL_BLOCK", 4)
+    monkeypatch.setattr(ledger, "MERGE_FAN_IN", 3)
+    monkeypatch.setattr(ledger, "MIN_SETTLED_BLOCK", 2)
+
+
+def blocks_in(saved: dict[str, str]) -> dict[str, np.ndarray]:
+    return {k: decode_block(v) for k, v in saved.items() if k.startswith("b:")}
+
+
+def test_merged_blocks_hold_what_the_blocks_they_replace_held(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Blocks of every size added one after another (inode numbers used again among them):
+    what the saved keys resolve to is the last entry of each inode, as before any merge, and
+    the blocks stay few."""
+    small_blocks(monkeypatch)
+    rnd = np.random.default_rng(5)
+    saved: dict[str, str] = {}
+    blocks = SavedBlocks()
+    latest: dict[tuple[int, int], tuple[int, ...]] = {}
+    for step in range(300):
+        n = int(rnd.choice([1, 2, 3, 5, 17, 40, 70]))
+        ino = rnd.integers(1, 400, n)
+        ino = np.unique(ino)  # one entry per inode in a step, as the state blocks them
+        c = cols(*((7, int(i), step, step, step * 10 + int(i), 1) for i in ino))
+        ledger_changes: dict[str, str | None] = {}
+        blocks.add(c, ledger_changes)
+        for k, v in ledger_changes.items():
+            if v is None:
+                saved.pop(k, None)
+            else:
+                saved[k] = v
+        for row in c.T.tolist():
+            latest[(row[0], row[1])] = tuple(row[2:])
+        assert len(saved) == len(blocks) <= 2 + 3 * 2 + blocks.entries // 16
+        assert sum(b.shape[1] for b in blocks_in(saved).values()) == blocks.entries
+    got = blocks.columns()
+    assert {(int(r[0]), int(r[1])): tuple(int(x) for x in r[2:]) for r in got.T} == latest
+    files = ledger_files(saved)
+    assert len(files) == len(latest)
+
+
+async def test_files_settled_together_are_blocks_and_count_once_across_restarts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bursts of new files settle into blocks (merged as they come), growth and deletes
+    override them while the source runs, and restarts count nothing again."""
+    small_blocks(monkeypatch)
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    cfg = settings([str(tree)], mode="inotify", settle=0.05)
+    rec = Recorder()
+    c = collector(cfg, rec)
+    written = 0
+    async with running(c, rec):
+        for burst in range(30):
+            d = tree / f"d{burst % 4}"
+            d.mkdir(exist_ok=True)
+            for i in range(8):
+                write(d / f"f{burst}-{i}", b"x" * (burst + i))
+                written += burst + i
+            await quiesce(c)
+        assert rec.bytes_under(str(tree)) == written
+        assert [k for k in rec.ledger if k.startswith("b:")], "settled in blocks"
+        files = [k for k in rec.ledger if k.startswith("f:")]
+        assert len(files) < 240 // 2, "most settled files have no row of their own"
+        assert set(rec.files()) == expect_files(tree)
+        grown, gone = tree / "d0" / "f0-1", tree / "d1" / "f1-2"
+        write(grown, b"g" * 77, "ab")
+        st = os.lstat(gone)
+        os.unlink(gone)
+        await quiesce(c)
+        await quiesce(c)  # the deleted one's orphan expires
+    assert rec.bytes_under(str(tree)) == written + 77
+    assert rec.ledger[f"f:{st.st_dev}:{st.st_ino}"] == TOMBSTONE
+    assert set(rec.files()) == expect_files(tree)
+    for _ in range(2):
+        c = collector(cfg, rec)
+        async with running(c, rec):
+            await quiesce(c)
+        assert rec.bytes_under(str(tree)) == written + 77, "nothing counted again"
+        assert set(rec.files()) == expect_files(tree)
+        assert TOMBSTONE not in rec.ledger.values()
+    st = os.lstat(grown)
+    assert rec.files()[f"f:{st.st_dev}:{st.st_ino}"] == ledger_value(
+        st.st_size, st.st_size, st.st_mtime_ns
+    )
+
+
+async def test_blocks_mostly_overridden_are_written_again_while_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Growth and deletes of files the blocks hold: once they are half of what the blocks
+    hold, the blocks are written again with what is left and the tombstones go, without a
+    restart; the ledger reads as the files there are all along."""
+    small_blocks(monkeypatch)
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    fill(tree, 200, per_dir=50)  # a baseline in blocks
+    cfg = settings([str(tree)], mode="inotify", settle=0.05)
+    rec = Recorder()
+    c = collector(cfg, rec)
+    async with running(c, rec):
+        await quiesce(c)
+        for i in range(200, 400):  # and files settled into blocks
+            if i % 50 == 0:
+                (tree / f"d{i // 50:03d}").mkdir()
+            write(tree / f"d{i // 50:03d}" / f"f{i:05d}", b"y" * (i % 37))
+        await quiesce(c)
+        before = blocks_in(rec.ledger)
+        rows = [k for k in rec.ledger if k.startswith("f:")]
+        assert sum(b.shape[1] for b in before.values()) + len(rows) == 400
+        assert len(rows) < 10, "settled in blocks"
+        for p in sorted(tree.glob("d00[67]/*"))[:60]:
+            write(p, b"z" * 5, "ab")
+        await quiesce(c)
+        assert set(blocks_in(rec.ledger)) == set(before), "60 overridden: not yet"
+        for p in sorted(tree.glob("d00[0-5]/*"))[::2]:  # 150
+            os.unlink(p)
+        await quiesce(c)
+        await quiesce(c)  # the orphans expire, and the blocks are written again
+        assert set(rec.files()) == expect_files(tree)
+    after = blocks_in(rec.ledger)
+    assert set(before).isdisjoint(after), "written again"
+    assert list(rec.ledger.values()).count(TOMBSTONE) < 150, "tombstones deleted"
+    held = {(int(d), int(i)) for b in after.values() for d, i in b[:2].T}
+    assert len(held) > 400 - 150 - 60 - 10
+    counted = len(rec.events)
+    c = collector(cfg, rec)
+    async with running(c, rec):
+        await quiesce(c)
+        write(tree / "d000" / "again", b"a" * 9)  # perhaps on a deleted file's number
+        await quiesce(c)
+    assert len(rec.events) == counted + 1 and rec.by_path()[str(tree / "d000" / "again")] == 9
+    assert set(rec.files()) == expect_files(tree)
+    assert TOMBSTONE not in rec.ledger.values()
+
+
+async def test_a_ledger_whose_settled_files_are_rows_reads_and_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The state of the code before settled-file blocks (8d80cdc): the baseline in blocks,
+    every file counted since a row of its own, the deleted ones of the baseline tombstones.
+    The new code restarts from it counting nothing, counts what comes after once, and a
+    restart from what it then saved counts nothing again."""
+    small_blocks(monkeypatch)
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    fill(tree, 100, per_dir=50)
+    (tree / "new").mkdir()
+    for i in range(60):
+        write(tree / "new" / f"n{i}", b"n" * i)
+    baseline = [p for p in sorted(tree.glob("d*/*"))]
+    gone = baseline[5]
+    gone_st = os.lstat(gone)
+    os.unlink(gone)
+    block = []
+    for p in baseline:
+        if p != gone:
+            st = os.lstat(p)
+            block.append((st.st_dev, st.st_ino, st.st_size, st.st_size, st.st_mtime_ns, 1))
+    block.append((gone_st.st_dev, gone_st.st_ino, 0, 0, gone_st.st_mtime_ns, 1))
+    rec = Recorder()
+    rec.ledger["b:1"] = encode_block(*cols(*block))
+    rec.ledger[f"f:{gone_st.st_dev}:{gone_st.st_ino}"] = TOMBSTONE
+    for p in [tree, *sorted(tree.iterdir())]:
+        st = os.lstat(p)
+        if p != tree:
+            rec.ledger[f"d:{st.st_dev}:{st.st_ino}"] = "1"
+    for p in sorted((tree / "new").iterdir()):
+        st = os.lstat(p)
+        rec.ledger[f"f:{st.st_dev}:{st.st_ino}"] = ledger_value(
+            st.st_size, st.st_size, st.st_mtime_ns
+        )
+    root = os.lstat(tree)
+    rec.position = {
+        "v": 2,
+        "at": 1.0,
+        "trees": {str(tree): {"state": "ready", "mode": "inotify", "dev": root.st_dev,
+                              "ino": root.st_ino}},
+    }  # fmt: skip
+    assert set(rec.files()) == expect_files(tree)
+    cfg = settings([str(tree)], mode="inotify", settle=0.05)
+    c = collector(cfg, rec)
+    async with running(c, rec):
+        await quiesce(c)
+        assert rec.events == []
+        write(tree / "new" / "n3", b"+" * 10, "ab")
+        for i in range(40):
+            write(tree / "d000" / f"late{i}", b"l" * 3)
+        await quiesce(c)
+    assert rec.by_path() == {
+        str(tree / "new" / "n3"): 10,
+        **{str(tree / "d000" / f"late{i}"): 3 for i in range(40)},
+    }
+    assert set(rec.files()) == expect_files(tree)
+    for _ in range(2):
+        c = collector(cfg, rec)
+        async with running(c, rec):
+            await quiesce(c)
+        assert len(rec.events) == 41
+        assert set(rec.files()) == expect_files(tree)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import stat
 from array import array
@@ -38,10 +39,11 @@ from alarm.collectors.base import SourceUnavailable
 from alarm.collectors.fs.canary import Canaries, Canary
 from alarm.collectors.fs.columns import EventColumns
 from alarm.collectors.fs.ledger import (
+    MERGE_FAN_IN,
     TOMBSTONE,
     block_seq,
-    block_values,
     decode_block,
+    full_block,
     parse_ledger_value,
     resolve,
     tree_position,
@@ -137,7 +139,7 @@ class Engine:
         # The saved snapshot until open(): columns dev, ino, size, counted, mtime, names.
         self.saved_rows = tuple(array("q") for _ in range(6))
         self.saved_dirs: set[tuple[int, int]] = set()
-        self.saved_blocks: list[tuple[int, str, np.ndarray]] = []  # seq, key, columns
+        self.saved_blocks: list[tuple[int, str, str, np.ndarray]] = []  # seq, key, value, cols
         self.saved_gone: list[tuple[int, int]] = []  # tombstones: (dev, ino)
         self.awaiting_sweep: set[int] = set()  # trees whose restart reconcile is not done
         self.watermark = 0.0
@@ -162,7 +164,7 @@ class Engine:
         for key, value in rows:
             try:
                 if key.startswith("b:"):
-                    self.saved_blocks.append((block_seq(key), key, decode_block(value)))
+                    self.saved_blocks.append((block_seq(key), key, value, decode_block(value)))
                     continue
                 kind, dev, ino = key.split(":")
                 ident = (int(dev), int(ino))
@@ -195,21 +197,19 @@ class Engine:
         rows = np.array([np.frombuffer(c, dtype=np.int64) for c in self.saved_rows])
         rows = rows.reshape(6, -1)
         gone = np.array(self.saved_gone, dtype=np.uint64).view(np.int64).T.reshape(2, -1)
-        blocks = [(seq, cols) for seq, _, cols in self.saved_blocks]
-        keys = [key for _, key, _ in self.saved_blocks]
-        state.block_seq = max((seq for seq, _, _ in self.saved_blocks), default=0) + 1
+        blocks = [(seq, cols) for seq, _, _, cols in self.saved_blocks]
+        state.saved.load([(seq, value, c.shape[1]) for seq, _, value, c in self.saved_blocks])
         self.saved_blocks = []
         self.saved_rows = tuple(array("q") for _ in range(6))
         cols, in_block, rewrite = resolve(blocks, rows, gone, remap)
         del rows
-        if rewrite:
-            for key in keys:
-                out.ledger[key] = None
+        # Many blocks for what they hold (small ones a crash left before their merge): one
+        # write makes them few again.
+        many = len(state.saved) > math.ceil(in_block.sum() / full_block()) + 2 * MERGE_FAN_IN
+        if rewrite or many:
             for dev, ino in self.saved_gone:
                 out.ledger[f"f:{dev}:{ino}"] = None
-            for value in block_values(*cols[:, in_block]):
-                out.ledger[f"b:{state.block_seq}"] = value
-                state.block_seq += 1
+            state.saved.replace(cols[:, in_block], out.ledger)
         # As arrays, not lists: a list of Python ints per column would stay in the
         # interpreter's arenas after the load (+100 B of RSS per file at 300k).
         columns = [_array(c, "Q" if i == 1 else "q") for i, c in enumerate(cols)]
@@ -761,6 +761,8 @@ class Engine:
         state.flush(out)
         self._expire_orphans(now, out)
         state.write_blocks(out)
+        if state.saved.due():
+            state.compact_blocks(out)
         hashed, skipped = self.receipts.add(out.events, now)
         out.counts["receipts_hashed"] += hashed
         out.counts["receipts_skipped"] += skipped

@@ -40,13 +40,15 @@ import numpy as np
 from alarm.collectors.fs.birth import Births
 from alarm.collectors.fs.columns import EventColumns
 from alarm.collectors.fs.dirscan import EntryStat, Listing, ledger_rows
-from alarm.collectors.fs.ledger import TOMBSTONE, block_values, ledger_value
+from alarm.collectors.fs.ledger import TOMBSTONE, SavedBlocks, ledger_value
 from alarm.collectors.fs.measure import SPARSE_SLACK, measure
 from alarm.collectors.fs.table import (
     DELETED,
     IN_BLOCK,
     PENDING,
+    ROW,
     SAVED,
+    TOMB,
     InodeTable,
     U64Map,
     key64,
@@ -152,12 +154,14 @@ class FileState:
         self._dead_dirs: dict[int, int] = {}  # dir id -> tree, until flush drops its names
         self._paths: dict[int, bytes] = {}
         self._births = Births()
-        # Ledger blocks (ledger.py): the next block's number; the baseline inodes of this
-        # step, written as blocks at its end (:meth:`write_blocks`); the inodes (key64 of
-        # dev, ino) given a tombstone since the start, as a block may still hold them.
-        self.block_seq = 1
+        # Ledger blocks (ledger.py): those saved; the inodes of this step that go into new
+        # ones at its end (:meth:`write_blocks`: a baseline's, files settled in bulk); and
+        # the tombstones of inodes no longer tracked whose number a saved block holds, by
+        # key64((dev, ino)).  A tracked inode says the same with its flags (table.py:
+        # IN_BLOCK, ROW, TOMB), so a number used again takes its tombstone over (TOMB).
+        self.saved = SavedBlocks()
         self._blocked: list[tuple[np.ndarray, ...]] = []
-        self.tombstones: set[int] = set()
+        self.tombstones: dict[int, tuple[int, int]] = {}
 
     # -- generations and paths ---------------------------------------------------------
     def new_gen(self) -> int:
@@ -383,7 +387,6 @@ class FileState:
         at = np.array(plain, dtype=np.int64)
         measures = view(inodes.measure, np.int64)[at]
         view(inodes.counted, np.int64)[at] = measures
-        view(inodes.flags, np.uint8)[at] &= ~np.uint8(PENDING)
         dev = view(inodes.dev, np.int64)[at]
         ino = view(inodes.ino, np.uint64)[at]
         size = view(inodes.size, np.int64)[at]
@@ -395,7 +398,27 @@ class FileState:
                 events.workload[pid] = self.pid_info(pid)
         events.add_many(ts, paths, measures, changes, dev, ino, size, mtime, pids)
         out.counts["files_created"] += len(plain)
-        ledger_rows(out.ledger, dev, ino, size, measures, mtime, names)
+        flags = view(inodes.flags, np.uint8)
+        was = flags[at]
+        # A block entry of the same file that its new count overrides (a new file on the
+        # number of one a block holds, pending again).
+        self.saved.garbage += int(np.count_nonzero((was & (IN_BLOCK | ROW | TOMB)) == IN_BLOCK))
+        if not self.saved.worth_a_block(len(plain)):
+            flags[at] = (was & ~np.uint8(PENDING | TOMB)) | ROW
+            ledger_rows(out.ledger, dev, ino, size, measures, mtime, names)
+            return
+        # In a block: a row or a tombstone saved of the number (a file before this one)
+        # would hold it over the block, so it goes.
+        for d, i in zip(*self._keyed(dev, ino, (was & (ROW | TOMB)) > 0), strict=True):
+            out.ledger[f"f:{d}:{i}"] = None
+        flags[at] = (was & ~np.uint8(PENDING | ROW | TOMB)) | IN_BLOCK
+        self._blocked.append((dev, ino, size, measures, mtime, names.astype(np.int64)))
+
+    @staticmethod
+    def _keyed(dev: np.ndarray, ino: np.ndarray, which: np.ndarray) -> tuple[list[int], ...]:
+        if not which.any():
+            return [], []
+        return dev[which].tolist(), ino[which].tolist()
 
     def settle_due(self, now: float, out: Output, through: float | None = None) -> None:
         """Count pending files whose ``settle`` has passed (oldest first), and the oldest
@@ -491,6 +514,8 @@ class FileState:
         m, _sparse = measure(path, st)
         if count:
             row = inodes.add(dev, ino, st.st_size, m, 0, st.st_mtime_ns, PENDING)
+            if self.tombstones:
+                self._number_again(row)
             self._bind(dir_id, name, row)
             seen = time.time() if change == "found_by_scan" and not pid else 0.0
             self.pending[row] = Pending(dir_id, name, ts, ts, change, pid, seen)
@@ -498,9 +523,17 @@ class FileState:
                 self._count_pending(row, out)
         else:
             row = inodes.add(dev, ino, st.st_size, m, m, st.st_mtime_ns, 0)
+            if self.tombstones:
+                self._number_again(row)
             self._bind(dir_id, name, row)
             self._save_row(row, out)
         return -1
+
+    def _number_again(self, row: int) -> None:
+        """A new inode on the number of one forgotten with a tombstone: the row says so."""
+        inodes = self.inodes
+        if self.tombstones.pop(key64((inodes.dev[row], inodes.ino[row])), None) is not None:
+            inodes.flags[row] |= IN_BLOCK | TOMB
 
     def observe_listing(
         self,
@@ -577,39 +610,85 @@ class FileState:
                     c, w = how[i], who[i]
                     seen = now if c == "found_by_scan" and not w else 0.0
                     pending[row] = Pending(dir_id, names[i], t, t, c, w, seen)
+            if self.tombstones:
+                again = self._numbers_again(idents[ok])
+                view(inodes.flags, np.uint8)[rows[again]] |= IN_BLOCK | TOMB
             if self.settle <= 0:
                 self._count_pending_rows(rows.tolist(), out)
         else:
-            self._blocked.append((dev, ino, size[ok], m, mtime, idents[ok]))
+            if self.tombstones:  # the new block holds the number: its tombstone goes
+                again = self._numbers_again(idents[ok])
+                for d, i in zip(*self._keyed(dev, ino, again), strict=True):
+                    out.ledger[f"f:{d}:{i}"] = None
+            names_col = np.ones(len(fast), dtype=np.int64)
+            self._blocked.append((dev, ino, size[ok], m, mtime, names_col))
         return idx[~ok]
 
+    def _numbers_again(self, idents: np.ndarray) -> np.ndarray:
+        """Which of these new inodes are on the number of one forgotten with a tombstone
+        (taken off the tombstones: the caller says what became of it)."""
+        tombs = self.tombstones
+        again = np.isin(idents, np.fromiter(tombs, np.uint64, len(tombs)))
+        for k in idents[again].tolist():
+            del tombs[k]
+        return again
+
     def write_blocks(self, out: Output) -> None:
-        """The baseline inodes of this step as ledger blocks, not a row each (ledger.py).
-        An inode given a tombstone before (a block holds it, it was forgotten, and its
-        number is used again) loses the tombstone, unless a row of its own was written
-        since it was listed (which holds it over the block).  Written before any tombstone
-        (:meth:`_forget`), so that a row this step wrote is always the later one."""
+        """The inodes blocked in this step (a baseline's, files settled in bulk) as ledger
+        blocks, not a row each (ledger.py), as they were when blocked: a row written
+        later in the step holds its inode over the block, a tombstone too; the rows and
+        tombstones saved before were deleted when they were blocked."""
         if not self._blocked:
             return
-        cols = zip(*self._blocked, strict=True)
-        dev, ino, size, counted, mtime, idents = (np.concatenate(c) for c in cols)
+        cols = np.empty((6, sum(len(b[0]) for b in self._blocked)), dtype=np.int64)
+        at = 0
+        for part in self._blocked:
+            n = len(part[0])
+            for c, col in enumerate(part):
+                cols[c, at : at + n] = col.view(np.int64) if c == 1 else col
+            at += n
         self._blocked = []
-        if self.tombstones:
-            hit = np.isin(idents, np.fromiter(self.tombstones, np.uint64, len(self.tombstones)))
-            for d, i, k in zip(
-                dev[hit].tolist(), ino[hit].tolist(), idents[hit].tolist(), strict=True
-            ):
-                key = f"f:{d}:{i}"
-                if out.ledger.get(key) in (None, TOMBSTONE):  # none since, or from before
-                    out.ledger[key] = None
-                    self.tombstones.discard(k)
-        for value in block_values(dev, ino, size, counted, mtime, np.ones(len(dev), np.int64)):
-            out.ledger[f"b:{self.block_seq}"] = value
-            self.block_seq += 1
+        self.saved.add(cols, out.ledger)
+
+    def compact_blocks(self, out: Output) -> None:
+        """When half of what the saved blocks hold is overridden or gone (``saved.due``):
+        the blocks written again with only the inodes they still hold, from their own
+        values (a pending file on a number a block holds, an orphan's names: the table has
+        moved on from what was saved), and every tombstone deleted, as no block holds a
+        forgotten inode any more.  Inodes the table says a block holds and none does (none
+        should) get a row."""
+        cols = self.saved.columns()
+        inodes = self.inodes
+        top = inodes.top
+        flags = view(inodes.flags, np.uint8)[:top]
+        used = view(inodes.used, np.uint8)[:top] == 1
+        held = np.flatnonzero(used & ((flags & (IN_BLOCK | ROW | TOMB)) == IN_BLOCK))
+        dev = view(inodes.dev, np.int64)[held]
+        ino = view(inodes.ino, np.int64)[held]
+        keep = np.zeros(cols.shape[1], dtype=bool)
+        found = np.zeros(len(held), dtype=bool)
+        for d in np.unique(dev).tolist():
+            mine, theirs = dev == d, cols[0] == d
+            keep[theirs] = np.isin(cols[1][theirs], ino[mine])
+            found[mine] = np.isin(ino[mine], cols[1][theirs])
+        for i in np.flatnonzero(used & ((flags & TOMB) > 0)).tolist():
+            out.ledger[f"f:{inodes.dev[i]}:{inodes.ino[i]}"] = None
+        for d, i in self.tombstones.values():
+            out.ledger[f"f:{d}:{i}"] = None
+        self.tombstones = {}
+        flags &= ~np.uint8(IN_BLOCK | TOMB)
+        flags[held[found]] |= IN_BLOCK
+        for row in held[~found].tolist():
+            self._save_row(row, out)
+        self.saved.replace(cols[:, keep], out.ledger)
 
     def _save_row(self, row: int, out: Output) -> None:
         """The ledger row of a counted inode, as the table has it."""
         inodes = self.inodes
+        flags = inodes.flags[row]
+        if flags & (IN_BLOCK | ROW | TOMB) == IN_BLOCK:
+            self.saved.garbage += 1  # the block's entry is overridden
+        inodes.flags[row] = (flags | ROW) & ~TOMB
         out.ledger[f"f:{inodes.dev[row]}:{inodes.ino[row]}"] = ledger_value(
             inodes.size[row], inodes.counted[row], inodes.mtime[row], inodes.names[row]
         )
@@ -620,12 +699,12 @@ class FileState:
             self._count_pending(row, out)
         inodes = self.inodes
         dev, ino = inodes.dev[row], inodes.ino[row]
-        ident = key64((dev, ino))
-        if self._blocked:
-            self.write_blocks(out)  # the tombstone is the later write
-        if inodes.flags[row] & IN_BLOCK or ident in self.tombstones:
-            out.ledger[f"f:{dev}:{ino}"] = TOMBSTONE  # a saved block may hold it
-            self.tombstones.add(ident)
+        flags = inodes.flags[row]
+        if flags & IN_BLOCK:
+            out.ledger[f"f:{dev}:{ino}"] = TOMBSTONE  # a saved block holds the number
+            self.tombstones[key64((dev, ino))] = (dev, ino)
+            if not flags & TOMB:
+                self.saved.garbage += 2 if not flags & ROW else 1  # the entry, the tombstone
         else:
             out.ledger[f"f:{dev}:{ino}"] = None
         inodes.remove(row)
@@ -888,6 +967,6 @@ class FileState:
         rows = zip(devs, inos, sizes, counted, mtimes, names, blocked, strict=True)
         for dev, ino, size, c, mtime, n, b in rows:
             if inodes.find(dev, ino) < 0:
-                row = inodes.add(dev, ino, size, c, c, mtime, SAVED | IN_BLOCK if b else SAVED)
+                row = inodes.add(dev, ino, size, c, c, mtime, SAVED | (IN_BLOCK if b else ROW))
                 if n > 1:
                     self.saved_names[row] = n

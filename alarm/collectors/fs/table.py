@@ -212,7 +212,13 @@ class U64Map:
 # InodeTable flags
 PENDING = 1  # created or moved in, not yet counted (waiting for ``settle``)
 SAVED = 2  # loaded from the saved snapshot, not yet found by the reconcile scan
-IN_BLOCK = 4  # a saved ledger block holds it (ledger.py): its row goes with a tombstone
+# Saved as (ledger.py): a block holds this inode number (its entry, or an earlier file's on
+# the number), so the row goes with a tombstone; its ``f:`` row; its ``f:`` key holds the
+# tombstone of an earlier file on the number.  An entry of a block is what a restart reads
+# of the inode only with IN_BLOCK and neither ROW nor TOMB.
+IN_BLOCK = 4
+ROW = 8
+TOMB = 16
 
 
 class InodeTable:
