@@ -2,18 +2,22 @@
 its bulk insert (state.py ``observe_listing``) count exactly what ``os.scandir`` and
 ``observe`` entry by entry count: the same ledger at a first start, the same bytes per path
 for new directories full of files, hard links, symlinks, FIFOs, sparse files and names that
-are not UTF-8, and in poll mode (where every change is found by a scan)."""
+are not UTF-8, and in poll mode (where every change is found by a scan).  Its parsers of
+inotify and fanotify reads make what the Python ones make."""
 
 from __future__ import annotations
 
 import os
 import stat
+import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from alarm.collectors.fs import dirscan
+from alarm.collectors.fs import fanotify as fan
+from alarm.collectors.fs import inotify as ino
 from alarm.collectors.fs.table import key64
 from tests.test_fs_kit import Recorder, collector, quiesce, running, settings, write
 
@@ -300,3 +304,68 @@ def test_fanotify_resolves_a_directory_it_was_not_told_of(
         assert group.resolve(key) == root + b"/new"
     finally:
         group.close()
+
+
+# struct fanotify_event_metadata: event_len, vers, reserved, metadata_len, mask, fd, pid
+FAN_METADATA = "<IBBHQii"
+
+
+def fanotify_record(name: bytes, mask: int, pid: int, new: bytes | None = None) -> bytes:
+    """One fanotify event as the kernel lays it out (FID mode: fd -1, DFID_NAME records)."""
+
+    def info(kind: int, entry: bytes) -> bytes:
+        handle = os.urandom(8)
+        body = os.urandom(8) + handle_head(len(handle)) + handle + entry + b"\0"
+        rec = bytes([kind, 0]) + b"\0\0" + body
+        rec += b"\0" * (-len(rec) % 4)
+        return rec[:2] + len(rec).to_bytes(2, "little") + rec[4:]
+
+    old = fan.INFO_OLD_DFID_NAME if new is not None else fan.INFO_DFID_NAME
+    infos = info(old, name) + (info(fan.INFO_NEW_DFID_NAME, new) if new is not None else b"")
+    meta = struct.calcsize(FAN_METADATA)
+    return struct.pack(FAN_METADATA, meta + len(infos), 3, 0, meta, mask, -1, pid) + infos
+
+
+def handle_head(nbytes: int) -> bytes:
+    return nbytes.to_bytes(4, "little") + (1).to_bytes(4, "little")
+
+
+@needs_native
+def test_native_fanotify_parse_is_the_python_one() -> None:
+    """Events with names that are not UTF-8, renames (two records), masks above 32 bits, and
+    every cut of the buffer (a record cut short is what the Python parse calls malformed)."""
+    rnd = np.random.default_rng(3)
+    data = b"".join(
+        fanotify_record(
+            b"f%d" % i + b"\xff" * (i % 3),
+            int(rnd.integers(1, 1 << 40)),
+            int(rnd.integers(1, 1 << 22)),
+            new=b"g%d" % i if i % 5 == 0 else None,
+        )
+        for i in range(200)
+    )
+    assert fan.parse(data) == fan.parse_py(data)
+    assert len(fan.parse(data)[0]) == 200
+    for cut in range(0, len(data), 29):
+        assert fan.parse(data[:cut]) == fan.parse_py(data[:cut]), cut
+
+
+@needs_native
+def test_native_inotify_parse_is_the_python_one(tmp_path: Path) -> None:
+    """What the kernel queued for real file operations, and every cut of it."""
+    watch = ino.Inotify()
+    try:
+        watch.add_watch(bytes(tmp_path))
+        for i in range(40):
+            p = tmp_path / (f"f{i}".encode() + b"\xfe" * (i % 4)).decode(errors="surrogateescape")
+            write(p, b"x" * i)
+            if i % 3 == 0:
+                os.rename(p, tmp_path / f"r{i}")
+        (tmp_path / "d").mkdir()
+        data = ino.read_available(watch.fd)
+    finally:
+        watch.close()
+    got = ino.parse(data)
+    assert got == ino.parse_py(data) and len(got) > 100
+    for cut in range(0, len(data), 13):
+        assert ino.parse(data[:cut]) == ino.parse_py(data[:cut]), cut

@@ -29,6 +29,12 @@
  * ledger_rows(target, dev, ino, size, counted, mtime, names) sets, in the dict `target`,
  * "f:<dev>:<ino>" -> "[size,counted,mtime]" (or "[size,counted,mtime,names]" when names > 1)
  * for each item of the int64 columns given as buffers: ledger.py's ledger_value, in bulk.
+ *
+ * inotify_events(data) and fanotify_events(data) split what one read of a notification
+ * descriptor returned into the tuples inotify.py's and fanotify.py's parse() make (and the
+ * same count of malformed fanotify records; a descriptor a fanotify event carries is closed,
+ * as parse() does): a few struct unpacks and slices per event were 0.6 us (inotify) and
+ * 2 us (fanotify) of the reader thread's time per event.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -415,6 +421,135 @@ static PyObject *keys_of(PyObject *self, PyObject *args) {
                          (unsigned long long)key64(pair_hash(hash_i64(dev), hash_u64(ino))));
 }
 
+
+static PyObject *inotify_events(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "y*", &data)) return NULL;
+    PyObject *out = PyList_New(0);
+    const unsigned char *d = data.buf;
+    Py_ssize_t off = 0, end = data.len;
+    while (out != NULL && off + 16 <= end) {
+        int32_t wd;
+        uint32_t mask, cookie, len;
+        memcpy(&wd, d + off, 4);
+        memcpy(&mask, d + off + 4, 4);
+        memcpy(&cookie, d + off + 8, 4);
+        memcpy(&len, d + off + 12, 4);
+        off += 16;
+        /* data[off:off + len].rstrip(b"\0"): a slice past the end is cut short */
+        Py_ssize_t avail = end - off < 0 ? 0 : end - off;
+        Py_ssize_t n = (Py_ssize_t)len < avail ? (Py_ssize_t)len : avail;
+        while (n > 0 && d[off + n - 1] == 0) n--;
+        off += len;
+        PyObject *ev = Py_BuildValue("(iIIy#)", wd, mask, cookie, (const char *)d + off - len, n);
+        if (ev == NULL || PyList_Append(out, ev) < 0) Py_CLEAR(out);
+        Py_XDECREF(ev);
+    }
+    PyBuffer_Release(&data);
+    return out;
+}
+
+/* (dir key, name) of a DFID_NAME-type info record at `rec` of `length` bytes (fanotify.py
+ * _info_record): the key is fsid + struct file_handle, the name what follows up to a NUL. */
+static int info_record(const unsigned char *d, Py_ssize_t rec, Py_ssize_t length,
+                       Py_ssize_t end, PyObject **key, PyObject **name) {
+    Py_ssize_t body = rec + 4;
+    if (body + 16 > end) return -2;
+    uint32_t nbytes;
+    memcpy(&nbytes, d + body + 8, 4);
+    Py_ssize_t key_end = body + 16 + (Py_ssize_t)nbytes;
+    Py_ssize_t stop = rec + length;
+    Py_ssize_t kend = key_end < end ? key_end : end;
+    Py_XDECREF(*key);
+    Py_XDECREF(*name);
+    *name = NULL;
+    *key = PyBytes_FromStringAndSize((const char *)d + body, kend - body);
+    if (*key == NULL) return -1;
+    Py_ssize_t n = 0, start = key_end;
+    if (start < stop) {
+        const unsigned char *nul = memchr(d + start, 0, (size_t)(stop - start));
+        n = nul ? (Py_ssize_t)(nul - (d + start)) : stop - start;
+    }
+    *name = PyBytes_FromStringAndSize(start < stop ? (const char *)d + start : "", n);
+    return *name == NULL ? -1 : 0;
+}
+
+static PyObject *fanotify_events(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "y*", &data)) return NULL;
+    PyObject *out = PyList_New(0), *ret = NULL;
+    const unsigned char *d = data.buf;
+    Py_ssize_t off = 0, end = data.len;
+    long bad = 0;
+    PyObject *empty = PyBytes_FromStringAndSize("", 0);
+    if (out == NULL || empty == NULL) goto done;
+    while (off + 24 <= end) {
+        uint32_t event_len;
+        uint8_t vers;
+        uint16_t meta_len;
+        uint64_t mask;
+        int32_t fd, pid;
+        memcpy(&event_len, d + off, 4);
+        vers = d[off + 4];
+        memcpy(&meta_len, d + off + 6, 2);
+        memcpy(&mask, d + off + 8, 8);
+        memcpy(&fd, d + off + 16, 4);
+        memcpy(&pid, d + off + 20, 4);
+        if (event_len < 24 || off + (Py_ssize_t)event_len > end || vers != 3) {
+            bad++;
+            break;
+        }
+        if (fd >= 0) close(fd); /* not in FID mode: a descriptor we must not leak */
+        PyObject *key = NULL, *name = NULL, *new_key = NULL, *new_name = NULL;
+        Py_ssize_t rec = off + meta_len, stop = off + event_len;
+        int failed = 0;
+        while (rec + 4 <= stop) {
+            uint8_t info_type = d[rec];
+            uint16_t length;
+            memcpy(&length, d + rec + 2, 2);
+            if (length < 4 || rec + length > stop) {
+                bad++;
+                break;
+            }
+            int r = 0;
+            if (info_type == 2 || info_type == 10) /* DFID_NAME, OLD_DFID_NAME */
+                r = info_record(d, rec, length, end, &key, &name);
+            else if (info_type == 12) /* NEW_DFID_NAME */
+                r = info_record(d, rec, length, end, &new_key, &new_name);
+            if (r == -2) { /* too short to hold a handle: what struct.unpack refuses */
+                PyErr_SetString(PyExc_ValueError, "fanotify info record too short");
+                r = -1;
+            }
+            if (r < 0) {
+                failed = 1;
+                break;
+            }
+            rec += length;
+        }
+        PyObject *ev = NULL;
+        if (!failed)
+            ev = Py_BuildValue("(KiOOOO)", (unsigned long long)mask, pid, key ? key : empty,
+                               name ? name : empty, new_key ? new_key : empty,
+                               new_name ? new_name : empty);
+        Py_XDECREF(key);
+        Py_XDECREF(name);
+        Py_XDECREF(new_key);
+        Py_XDECREF(new_name);
+        if (ev == NULL || PyList_Append(out, ev) < 0) {
+            Py_XDECREF(ev);
+            goto done;
+        }
+        Py_DECREF(ev);
+        off += event_len;
+    }
+    ret = Py_BuildValue("(Ol)", out, bad);
+done:
+    Py_XDECREF(out);
+    Py_XDECREF(empty);
+    PyBuffer_Release(&data);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"keys_of", keys_of, METH_VARARGS,
      "keys_of(dir_id, name, dev, ino) -> (names-map key, inode-map key), as list_dir makes them"},
@@ -425,6 +560,10 @@ static PyMethodDef methods[] = {
      "stat_names(fd, dir_id, names) -> list_dir's tuple for the given names in the directory"},
     {"probe", probe, METH_VARARGS, "probe(table, keys) -> slots (int64 bytes, -1: absent)"},
     {"place", place, METH_VARARGS, "place(table, vals, gens, keys, new_vals, new_gens)"},
+    {"inotify_events", inotify_events, METH_VARARGS,
+     "inotify_events(data) -> [(wd, mask, cookie, name)], as inotify.parse"},
+    {"fanotify_events", fanotify_events, METH_VARARGS,
+     "fanotify_events(data) -> ([(mask, pid, key, name, new_key, new_name)], malformed)"},
     {"ledger_rows", ledger_rows, METH_VARARGS,
      "ledger_rows(target, dev, ino, size, counted, mtime, names): ledger rows into target"},
     {NULL, NULL, 0, NULL},

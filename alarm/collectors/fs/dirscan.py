@@ -12,7 +12,9 @@ the rest one by one as before.
 Where the extension was not built (no C compiler at install), :func:`available` is False and
 scan.py lists with ``os.scandir`` and observes entry by entry: the same counts, slower.
 
-:func:`ledger_rows` writes ledger rows (ledger.py) for columns of inodes, in C where it can.
+:func:`ledger_rows` writes ledger rows (ledger.py) for columns of inodes, in C where it can;
+:func:`inotify_events` and :func:`fanotify_events` parse what a read of a notification
+descriptor returned, in C (None without the extension: inotify.py and fanotify.py parse it).
 """
 
 from __future__ import annotations
@@ -180,6 +182,18 @@ def place(
         np.ascontiguousarray(new_gens, np.int32),
     )
     return True
+
+
+def inotify_events(data: bytes) -> list[tuple[int, int, int, bytes]] | None:
+    """inotify.parse's events, in C; None without the extension."""
+    return None if _native is None else _native.inotify_events(data)
+
+
+def fanotify_events(
+    data: bytes,
+) -> tuple[list[tuple[int, int, bytes, bytes, bytes, bytes]], int] | None:
+    """fanotify.parse's (events, malformed), in C; None without the extension."""
+    return None if _native is None else _native.fanotify_events(data)
 
 
 def ledger_rows(

@@ -33,6 +33,8 @@ import ctypes
 import os
 import struct
 
+from alarm.collectors.fs import dirscan
+
 FAN_CLOEXEC = 0x00000001
 FAN_NONBLOCK = 0x00000002
 FAN_CLASS_NOTIF = 0x00000000
@@ -200,7 +202,16 @@ def _info_record(data: bytes, off: int, length: int) -> tuple[bytes, bytes]:
 
 
 def parse(data: bytes) -> tuple[list[RawEvent], int]:
-    """Events of one ``read``; returns (events, malformed records skipped)."""
+    """Events of one ``read``; returns (events, malformed records skipped).  In C where the
+    extension was built (dirscan.py): :func:`parse_py` is what it does."""
+    native = dirscan.fanotify_events(data)
+    if native is not None:
+        return native
+    return parse_py(data)
+
+
+def parse_py(data: bytes) -> tuple[list[RawEvent], int]:
+    """:func:`parse` in Python."""
     out: list[RawEvent] = []
     bad = 0
     off, end = 0, len(data)

@@ -20,6 +20,8 @@ import errno
 import os
 import struct
 
+from alarm.collectors.fs import dirscan
+
 IN_MODIFY = 0x00000002
 IN_ATTRIB = 0x00000004
 IN_CLOSE_WRITE = 0x00000008
@@ -100,7 +102,16 @@ class Inotify:
 
 
 def parse(data: bytes) -> list[RawEvent]:
-    """Split what one ``read`` returned into events (names keep their raw bytes)."""
+    """Split what one ``read`` returned into events (names keep their raw bytes); in C
+    where the extension was built (dirscan.py)."""
+    native = dirscan.inotify_events(data)
+    if native is not None:
+        return native
+    return parse_py(data)
+
+
+def parse_py(data: bytes) -> list[RawEvent]:
+    """:func:`parse` in Python."""
     out: list[RawEvent] = []
     off, end = 0, len(data)
     unpack = _HEADER.unpack_from
