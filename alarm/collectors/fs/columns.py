@@ -23,7 +23,7 @@ import numpy as np
 
 from alarm.events import WriteEvents
 from alarm.sanitize import shown
-from alarm.surfaces import bounded_name
+from alarm.surfaces import MAX_CONTRIBUTOR_CHARS, bounded_name
 
 # The evidence "change" of an event, by code (a byte per event).
 CHANGES = (
@@ -161,12 +161,19 @@ class EventColumns:
 
     def write_events(self, kind: str) -> WriteEvents:
         """The batch's cells: one subject per distinct path, its evidence the latest event's."""
-        index: dict[str, int] = {}
-        subject = np.fromiter(
-            (index.setdefault(p, len(index)) for p in self.paths), np.int64, len(self.paths)
-        )
-        latest = np.zeros(len(index), dtype=np.int64)
-        latest[subject] = np.arange(len(subject))  # the last write wins
+        paths = self.paths
+        distinct = dict.fromkeys(paths)
+        if len(distinct) == len(paths):  # new files: a path each, in order (no loop here)
+            keys = list(distinct)
+            subject = latest = np.arange(len(paths), dtype=np.int64)
+        else:
+            index: dict[str, int] = {}
+            subject = np.fromiter(
+                (index.setdefault(p, len(index)) for p in paths), np.int64, len(paths)
+            )
+            keys = list(index)
+            latest = np.zeros(len(index), dtype=np.int64)
+            latest[subject] = np.arange(len(subject))  # the last write wins
         capacity = None
         cap = np.frombuffer(self.capacity, dtype=np.int64)
         nbytes = np.frombuffer(self.nbytes, dtype=np.int64).copy()
@@ -174,7 +181,7 @@ class EventColumns:
             capacity = np.where(cap >= 0, cap, nbytes)
         return WriteEvents(
             kind=kind,
-            subjects=FsSubjects(list(index), self, latest),
+            subjects=FsSubjects(keys, self, latest),
             subject=subject,
             ts=np.frombuffer(self.ts, dtype=np.float64).copy(),
             nbytes=nbytes,
@@ -191,8 +198,10 @@ class FsSubjects:
 
     def __init__(self, keys: list[str], events: EventColumns, latest: np.ndarray) -> None:
         self.keys = keys
-        # Paths from os.fsdecode: bytes that are not UTF-8 made visible, once, here.
-        self.contributors = [shown(k) for k in keys]
+        # Paths from os.fsdecode: bytes that are not UTF-8 made visible, once, here (all of
+        # them ASCII, the common case: nothing to make).
+        ascii_only = "".join(keys).isascii()
+        self.contributors = keys if ascii_only else [shown(k) for k in keys]
         self.events = events
         self._latest = latest.tolist()
         self._table: FsContributors | None = None
@@ -238,10 +247,24 @@ class FsContributors:
     NamedContributors names them (bounded), their receipts made only for those looked up."""
 
     __slots__ = ("_names", "count", "evidence", "lookup", "of_subject")
+    evidence: Mapping[int, dict[str, Any]] | None
 
     def __init__(self, subjects: FsSubjects) -> None:
-        given = [bounded_name(c) for c in subjects.contributors]
-        self.lookup: dict[str, int] = {}
+        given = subjects.contributors
+        n = len(given)
+        if n and len(max(given, key=len)) <= MAX_CONTRIBUTOR_CHARS:
+            lookup = dict(zip(given, range(n), strict=True))
+            if len(lookup) == n and "" not in lookup:
+                # Distinct, none cut, none empty (new files): each subject its contributor,
+                # no loop per subject.
+                self.lookup = lookup
+                self._names = list(given)
+                self.count = n
+                self.of_subject = np.arange(n, dtype=np.int64)
+                self.evidence = _LazyReceipts(subjects, list(range(n)))
+                return
+        given = [bounded_name(c) for c in given]
+        self.lookup = {}
         last: list[int] = []
         of_subject = []
         for i, c in enumerate(given):
@@ -258,9 +281,7 @@ class FsContributors:
         self._names = list(self.lookup)
         self.count = len(self._names)
         self.of_subject = np.array(of_subject, dtype=np.int64)
-        self.evidence: Mapping[int, dict[str, Any]] | None = (
-            _LazyReceipts(subjects, last) if last else None
-        )
+        self.evidence = _LazyReceipts(subjects, last) if last else None
 
     def names(self, ids: Sequence[int]) -> list[str]:
         return [self._names[i] for i in np.asarray(ids).tolist()]

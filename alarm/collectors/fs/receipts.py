@@ -79,9 +79,12 @@ class ReceiptBudget:
         rows = np.flatnonzero((np.frombuffer(events.dev, dtype=np.int64) >= 0) & (carried > 0))
         # Largest first; equal sizes in the order written.
         rows = rows[np.argsort(-carried[rows], kind="stable")]
-        for row in rows.tolist():
+        for k, row in enumerate(rows.tolist()):
+            if self.files_left <= 0:
+                skipped += len(rows) - k  # the rest, without a look at each
+                break
             size = events.size[row]
-            if self.files_left <= 0 or size > self.bytes_left:
+            if size > self.bytes_left:
                 skipped += 1
                 continue
             dev_ino = f"{events.dev[row]}:{events.ino[row]}"
