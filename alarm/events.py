@@ -62,7 +62,10 @@ class Subjects(Protocol):
 class ContributorTable(Protocol):
     """The distinct contributors of one batch's subjects, by index, named only when asked:
     the pipeline sums what each wrote in numpy and names the few that a bounded heavy-hitter
-    summary can keep (alarm/surfaces.py ``HeavyHitters.add_batch``)."""
+    summary can keep (alarm/surfaces.py ``HeavyHitters.add_batch``).  A table whose indexes
+    each name a distinct contributor says so with a true ``names_distinct``: its indexes then
+    stand for their names in a tick's and a surface's recent contributors until those are
+    read (alarm/surfaces.py ``TickTop``); one that does not say is named tick by tick."""
 
     # Per subject, the index of its contributor (-1: it names none); subjects of one name
     # share an index.

@@ -424,7 +424,9 @@ class Pipeline:
         if recent and table.has_recent.any():
             holding = table.holding_recent((nbytes == 0) & (capacity == 0))
             if len(holding):
-                table.forget_recent(holding[~self.detector.in_episode(holding)])
+                open_ = self.detector.in_episode(holding)
+                table.forget_recent(holding[~open_])
+                table.name_recent(holding[open_])
                 recent = bool(table.has_recent.any())
         else:
             recent = False

@@ -10,7 +10,8 @@ metric labels.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import itemgetter
 from typing import Any
@@ -45,10 +46,10 @@ class HeavyHitters:
 
     __slots__ = ("_counts", "_k", "error")
 
-    def __init__(self, k: int):
+    def __init__(self, k: int, counts: dict[str, int] | None = None, error: int = 0):
         self._k = k
-        self._counts: dict[str, int] = {}
-        self.error = 0
+        self._counts: dict[Hashable, int] = {} if counts is None else counts
+        self.error = error
 
     def add(self, contributor: str, amount: int) -> None:
         contributor = bounded_name(contributor)
@@ -59,14 +60,26 @@ class HeavyHitters:
 
     def add_many(self, contributors: list[str], amounts: list[int]) -> None:
         """``add`` for each pair, pruning once at the end (a batch's worth at a time)."""
+        if any(len(c) > MAX_CONTRIBUTOR_CHARS for c in contributors):
+            contributors = [bounded_name(c) for c in contributors]
+        self.add_keys(contributors, amounts)
+
+    def add_keys(self, keys: Sequence[Hashable], amounts: list[int]) -> None:
+        """``add_many`` of keys as they are: bounded names, or indexes of one batch's
+        ContributorTable that stand for their names (SurfaceTable.recent_table)."""
         counts = self._counts
         get = counts.get
-        for contributor, amount in zip(contributors, amounts, strict=True):
-            if len(contributor) > MAX_CONTRIBUTOR_CHARS:
-                contributor = bounded_name(contributor)
-            counts[contributor] = get(contributor, 0) + amount
+        for key, amount in zip(keys, amounts, strict=True):
+            counts[key] = get(key, 0) + amount
         if len(counts) > 2 * self._k:
             self._prune()
+
+    def keys(self) -> list[Hashable]:
+        return list(self._counts)
+
+    def rekey(self, new: Mapping[Hashable, Hashable]) -> None:
+        """Each key in ``new`` replaced by its new key (one per name: counts unchanged)."""
+        self._counts = {new.get(c, c): n for c, n in self._counts.items()}
 
     def add_batch(
         self, ids: np.ndarray, amounts: np.ndarray, contributors: ContributorTable
@@ -132,7 +145,7 @@ class HeavyHitters:
     def __contains__(self, contributor: str) -> bool:
         return contributor in self._counts
 
-    def top(self, n: int) -> list[tuple[str, int]]:
+    def top(self, n: int) -> list[tuple[Any, int]]:
         if 2 * n >= len(self._counts):  # most of them (a tick's top k of at most 2k)
             return sorted(self._counts.items(), key=_COUNT, reverse=True)[:n]
         return heapq.nlargest(n, self._counts.items(), key=_COUNT)
@@ -154,6 +167,7 @@ class NamedContributors:
     ``evidence``): every name is made once per batch, then found by dict."""
 
     __slots__ = ("_names", "count", "evidence", "lookup", "of_subject")
+    names_distinct = True  # each index is one distinct name, bounded
 
     def __init__(self, subjects: Subjects):
         n = len(subjects)
@@ -219,18 +233,85 @@ def bounded_receipts(
     return {c: r for c, r in receipts.items() if c in hitters}
 
 
+def names_distinct(contributors: ContributorTable) -> bool:
+    """Whether every index of ``contributors`` has a name of its own, as kept (bounded): then
+    its indexes can stand for their names (TickTop, SurfaceTable.recent_table).  A table that does
+    not say (``names_distinct``) is taken to have indexes that share a name."""
+    return bool(getattr(contributors, "names_distinct", False))
+
+
+@dataclass(slots=True)
+class TickTop:
+    """One (tick, surface)'s contributors as a HeavyHitters made afresh from one batch would
+    hold them, unnamed: indexes of the batch's ``contributors`` (whose names are distinct),
+    in the summary's order, ``kept`` of them held; past them, the one its prune dropped (its
+    receipt was staged too).  Named only if something reads them."""
+
+    contributors: ContributorTable
+    ids: np.ndarray
+    amounts: np.ndarray
+    kept: int
+    error: int
+
+    @classmethod
+    def of_batch(
+        cls, ids: np.ndarray, amounts: np.ndarray, contributors: ContributorTable, k: int
+    ) -> TickTop:
+        """What ``HeavyHitters(k).add_batch(ids, amounts, contributors)`` holds."""
+        m = len(ids)
+        if m <= 2 * k:  # all named, in index order, none pruned
+            return cls(contributors, ids, amounts, m, 0)
+        # The k+1 largest, in argpartition's order, then pruned by a stable sort on the
+        # count (the summary's prune): ties keep that order.
+        top = np.argpartition(amounts, m - (k + 1))[-(k + 1) :]
+        top = top[np.argsort(-amounts[top], kind="stable")]
+        return cls(contributors, ids[top], amounts[top], k, int(amounts[top[k]]))
+
+    def top(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``n`` largest held (HeavyHitters.top): indexes and amounts."""
+        held = self.amounts[: self.kept]
+        order = np.argsort(-held, kind="stable")[:n]
+        return self.ids[order], held[order]
+
+    def named(self, k: int) -> tuple[HeavyHitters, dict[str, dict[str, Any]]]:
+        """The summary and the staged receipts, named."""
+        names = [bounded_name(c) for c in self.contributors.names(self.ids)]
+        amounts = self.amounts.tolist()
+        hitters = HeavyHitters(k, dict(zip(names[: self.kept], amounts, strict=False)), self.error)
+        receipts: dict[str, dict[str, Any]] = {}
+        evidence = self.contributors.evidence
+        if evidence:
+            for name, index in zip(names, self.ids.tolist(), strict=True):
+                receipt = evidence.get(index)
+                if receipt is not None:
+                    receipts[name] = receipt
+        return hitters, receipts
+
+
 class StagedCredits:
     """Contributors of one open tick, per surface row, held until the tick is evaluated: an
     alert's evidence is then who wrote in the ticks it judged (event time), not whatever the
     batches read so far held — a backlog or a replay hands over many ticks at once.  Bounded
-    like the table's own hitters: k per row, and receipts for at most 2k contributors."""
+    like the table's own hitters: k per row, and receipts for at most 2k contributors.
 
-    __slots__ = ("_k", "hitters", "receipts")
+    A row written by one batch whose contributors' names are distinct is held unnamed
+    (``tops``); one written by several, or by a batch whose names are not, by name
+    (``hitters``, ``receipts``)."""
+
+    __slots__ = ("_k", "hitters", "receipts", "tops")
 
     def __init__(self, k: int):
         self._k = k
         self.hitters: dict[int, HeavyHitters] = {}
         self.receipts: dict[int, dict[str, dict[str, Any]]] = {}
+        self.tops: dict[int, TickTop] = {}
+
+    def named(self, row: int) -> HeavyHitters | None:
+        """Row ``row``'s summary by name (an unnamed one named now), None if it has none."""
+        top = self.tops.pop(row, None)
+        if top is not None:
+            self.hitters[row], self.receipts[row] = top.named(self._k)
+        return self.hitters.get(row)
 
     def add(
         self,
@@ -239,7 +320,7 @@ class StagedCredits:
         amounts: list[int],
         evidence: list[dict[str, Any] | None] | None,
     ) -> None:
-        hitters = self.hitters.get(row)
+        hitters = self.named(row)
         if hitters is None:
             hitters = self.hitters[row] = HeavyHitters(self._k)
         hitters.add_many(contributors, amounts)
@@ -254,7 +335,12 @@ class StagedCredits:
         self, row: int, ids: np.ndarray, amounts: np.ndarray, contributors: ContributorTable
     ) -> None:
         """``add`` in bulk (HeavyHitters.add_batch), with the receipts of those added."""
-        hitters = self.hitters.get(row)
+        if not len(ids):
+            return
+        if row not in self.hitters and row not in self.tops and names_distinct(contributors):
+            self.tops[row] = TickTop.of_batch(ids, amounts, contributors, self._k)
+            return
+        hitters = self.named(row)
         if hitters is None:
             hitters = self.hitters[row] = HeavyHitters(self._k)
         added = hitters.add_batch(ids, amounts, contributors)
@@ -269,6 +355,8 @@ class StagedCredits:
 
     def merge(self, other: StagedCredits) -> StagedCredits:
         """Fold ``other`` (a tick that will not be evaluated) into this one."""
+        for row in list(other.tops):
+            other.named(row)
         for row, hitters in other.hitters.items():
             top = hitters.top(self._k)
             names = [c for c, _ in top]
@@ -299,7 +387,12 @@ class SurfaceTable:
         # has to clear (a Python call per quiet row was ~40 ms a tick at 100k surfaces).
         self.has_recent = np.zeros(n, dtype=bool)
         # Per row, the latest receipt of each recent contributor (bounded like the hitters).
-        self.receipts: list[dict[str, dict[str, Any]]] = [{} for _ in keys]
+        self.receipts: list[dict[Hashable, dict[str, Any]]] = [{} for _ in keys]
+        # Per row, the batch's ContributorTable whose indexes stand for their names among
+        # the row's recent contributors and receipts (None: all are names).  A tick's
+        # contributors are credited unnamed (TickTop); names are made when evidence is read,
+        # or once a batch where a row's contributors pass from one batch's to the next's.
+        self.recent_table: list[ContributorTable | None] = [None for _ in keys]
         self.unknown_surface_events = 0  # events naming a surface the config does not declare
 
     def __len__(self) -> int:
@@ -336,10 +429,29 @@ class SurfaceTable:
         """What one tick's writers wrote, to the surfaces' recent contributors (the evidence
         of their current episode), now that the tick is evaluated."""
         k = self.heavy_hitters
+        for row, tick_top in staged.tops.items():
+            ids, amounts = tick_top.top(k)
+            contributors = tick_top.contributors
+            self._key_recent(row, contributors)
+            recent = self.recent[row]
+            held = ids.tolist()
+            recent.add_keys(held, amounts.tolist())
+            recent.error = max(recent.error, tick_top.error)
+            self.has_recent[row] = True
+            evidence = contributors.evidence
+            if not evidence:
+                continue
+            receipts = self.receipts[row]
+            for index in held:
+                receipt = evidence.get(index)
+                if receipt is not None:
+                    receipts[index] = bounded_receipt(receipt)
+            self.receipts[row] = bounded_receipts(receipts, recent, k)
         for row, hitters in staged.hitters.items():
             top = hitters.top(k)
             if not top:
                 continue
+            self._key_recent(row, None)
             recent = self.recent[row]
             recent.add_many([c for c, _ in top], [b for _, b in top])
             # What the tick's own pruning dropped bounds the counts' error too.
@@ -358,7 +470,47 @@ class SurfaceTable:
     def evidence(self, row: int, top: int) -> list[tuple[str, int, dict[str, Any] | None]]:
         """The recent top contributors of a surface with their receipts."""
         receipts = self.receipts[row]
-        return [(c, b, receipts.get(c)) for c, b in self.recent[row].top(top)]
+        listed = self.recent[row].top(top)
+        contributors = self.recent_table[row]
+        if contributors is None:
+            return [(c, b, receipts.get(c)) for c, b in listed]
+        ids = [c for c, _ in listed if type(c) is int]
+        names = dict(zip(ids, map(bounded_name, contributors.names(ids)), strict=True))
+        return [(names.get(c, c), b, receipts.get(c)) for c, b in listed]  # type: ignore[misc]
+
+    def _key_recent(self, row: int, contributors: ContributorTable | None) -> None:
+        """Key row ``row``'s recent contributors and receipts by indexes of
+        ``contributors`` where it holds them (None: by name).  A name is one index's only:
+        ``names_distinct`` of each table keyed by, and an index found for a name is one
+        that reads back as it (``find`` may read ``10.0.0.5:0443/TCP`` as port 443)."""
+        held = self.recent_table[row]
+        if held is contributors:
+            return
+        recent, receipts = self.recent[row], self.receipts[row]
+        keys = list(dict.fromkeys([*recent.keys(), *receipts]))
+        new: dict[Hashable, Hashable] = {}
+        if held is not None:
+            ids = [c for c in keys if type(c) is int]
+            new.update(zip(ids, map(bounded_name, held.names(ids)), strict=True))
+        if contributors is not None and keys:
+            names = [new.get(c, c) for c in keys]
+            at = contributors.find(names)  # type: ignore[arg-type]
+            found = np.flatnonzero(at >= 0)
+            back = contributors.names(at[found])
+            for j, index, name in zip(found.tolist(), at[found].tolist(), back, strict=True):
+                if bounded_name(name) == names[j]:
+                    new[keys[j]] = index
+        if new:
+            recent.rekey(new)
+            self.receipts[row] = {new.get(c, c): r for c, r in receipts.items()}
+        self.recent_table[row] = contributors
+
+    def name_recent(self, rows: np.ndarray) -> None:
+        """Key the recent contributors of ``rows`` (indices) by name: rows that keep them
+        without writing (an episode still open) keep no batch's table alive."""
+        for row in rows.tolist():
+            if self.recent_table[row] is not None:
+                self._key_recent(row, None)
 
     def holding_recent(self, rows: np.ndarray) -> np.ndarray:
         """The indices of the rows in the mask ``rows`` that hold recent contributors."""
@@ -369,6 +521,7 @@ class SurfaceTable:
         for row in rows.tolist():
             self.recent[row].clear()
             self.receipts[row] = {}
+            self.recent_table[row] = None
         self.has_recent[rows] = False
 
     def to_state(self) -> dict:

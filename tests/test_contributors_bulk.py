@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from alarm.collectors.kernel.fastscan import FlowScan
-from alarm.collectors.kernel.fence import FlowSubjects, flow_events
+from alarm.collectors.kernel.fence import FlowContributors, FlowSubjects, flow_events
 from alarm.config import Config
 from alarm.events import Batch, KeyedSubjects
 from alarm.pipeline import Pipeline
@@ -217,7 +217,7 @@ def test_pipeline_stages_the_top_of_each_tick() -> None:
     for index in sorted(pipeline.clock.open):
         credits = pipeline.clock.staged(index).credits
         for surface in ("web", "unclassified"):
-            got = credits.hitters[table.index[("egress", surface)]]
+            got = credits.named(table.index[("egress", surface)])
             want = expect[(index, surface)]
             # Ties at the k-th place may keep another of the tied names: compare counts.
             assert sorted(c for _, c in got.top(4)) == sorted(c for _, c in want.top(4))
@@ -233,3 +233,137 @@ def test_pipeline_stages_the_top_of_each_tick() -> None:
         true_top = sorted(by_name.values(), reverse=True)[:4]
         assert [c for _, c in top] == true_top  # one batch: exact
         assert all(by_name[name] == count for name, count in top)
+
+
+def test_flow_contributors_say_whether_each_index_names_itself_alone() -> None:
+    plain = [row(1.0, f"10.0.0.{i}", "TCP", 443) for i in range(5)]
+    plain.append(row(1.0, "2001:db8::5", "UDP", 53))
+    table = FlowSubjects(scan_of(plain)).contributor_table()
+    assert table is not None and table.names_distinct
+    awkward = FlowSubjects(scan_of(AWKWARD)).contributor_table()  # names of their own
+    assert awkward is not None and awkward.names_distinct
+    # a lone surrogate is shown escaped: two protocols, one name
+    shown = [row(1.0, "10.0.0.7", "x\udcff", 8), row(1.0, "10.0.0.7", "x\\xff", 8)]
+    alike = FlowSubjects(scan_of(shown)).contributor_table()
+    assert alike is not None and not alike.names_distinct
+    # "2001:db8::5" port 1 and port-less "2001:db8::5:1" are one name
+    spelled = [row(1.0, "2001:db8::5", "TCP", 1), row(1.0, "2001:db8::5:1", "TCP", None)]
+    both = FlowSubjects(scan_of(spelled)).contributor_table()
+    assert both is not None and not both.names_distinct
+    long = FlowSubjects(scan_of([row(1.0, "a" * 200, "TCP", 1)])).contributor_table()
+    assert long is not None and not long.names_distinct  # its name is cut where kept
+
+
+def replay_batches(seed: int) -> list[list[tuple]]:
+    """Four batches of flows over ~5 ticks each, flows recurring from batch to batch, a tick
+    split between two batches, ties, silent ticks, and owners that change."""
+    rng = random.Random(seed)
+    pool = [f"10.{rng.randint(0, 1)}.0.{rng.randint(1, 40)}" for _ in range(60)]
+    batches, ts = [], 0.0
+    for b in range(4):
+        rows = []
+        for _ in range(400):
+            ts += rng.choice([0.05, 0.1, 0.1, 0.2])
+            if 22.0 < ts % 60.0 < 35.0:  # ticks where the surfaces write nothing
+                continue
+            dpt = rng.choice([443, 443, 53])
+            proto = "UDP" if dpt == 53 else "TCP"
+            length = rng.choice([100, 100, 200, 1500])  # ties at the k-th place
+            uid = rng.choice([1000, 1001, 1000 + b])
+            rows.append(
+                (ts, "EGRESS_FENCE", "eth0", rng.choice(pool), length, proto, dpt, uid, True)
+            )
+        batches.append(rows)
+    return batches
+
+
+def evidence_tick_by_tick(batches: list[list[tuple]]) -> tuple[list[object], Pipeline, int]:
+    """Every surface's evidence after each tick, the pipeline, and how many times a
+    surface's recent contributors passed unnamed from one batch's indexes to the next's."""
+    config = flows_config()
+    pipeline = Pipeline(config, extra_sources={"kern": ("file", "egress")}, keep_history=False)
+    table = pipeline.table
+    seen: list[object] = []
+    keyed = [None] * len(table)
+    passed = 0
+    for rows in batches:
+        pipeline.apply("kern", Batch(flow_events(scan_of(rows), TICK), {}), None)
+        end = (rows[-1][0] // TICK) * TICK  # the last tick may go on in the next batch
+        while pipeline.close_until(end, limit=1):
+            seen.append([(table.evidence(r, 8), table.recent[r].error) for r in range(len(table))])
+            for r, now in enumerate(table.recent_table):
+                # (through names where a tick split between two batches is credited)
+                passed += keyed[r] is not None and now is not None and now is not keyed[r]
+                keyed[r] = (now or keyed[r]) if table.has_recent[r] else None
+    return seen, pipeline, passed
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_unnamed_tick_contributors_give_the_evidence_names_do(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tick's contributors credited unnamed (TickTop, keyed by a batch's indexes, passed
+    by name from batch to batch) give, after every tick, the recent contributors, counts,
+    errors and receipts that crediting them by name gives."""
+    batches = replay_batches(seed)
+    lazy, pipeline, passed = evidence_tick_by_tick(batches)
+    assert passed > 0
+    table = pipeline.table
+    before = [table.evidence(r, 8) for r in range(len(table))]
+    table.name_recent(np.arange(len(table)))
+    assert all(t is None for t in table.recent_table)
+    assert [table.evidence(r, 8) for r in range(len(table))] == before
+    with monkeypatch.context() as m:
+        m.setattr(FlowContributors, "names_distinct", False)  # every tick named, as before
+        named, _, passed = evidence_tick_by_tick(batches)
+    assert passed == 0
+    assert len(lazy) == len(named) > 10
+    assert lazy == named
+    assert any(r for tick in lazy for listed, _ in tick for _, _, r in listed)  # receipts
+
+
+def test_tick_contributors_are_named_only_when_read() -> None:
+    """A batch's ticks credited to the surfaces name no contributor; reading a surface's
+    evidence names what it lists."""
+    rows = [
+        (
+            i * 0.01,
+            "EGRESS_FENCE",
+            "eth0",
+            f"10.0.{i // 250}.{i % 250}",
+            100 + i,
+            "TCP",
+            443,
+            0,
+            True,
+        )
+        for i in range(5000)
+    ]
+    named: list[int] = []
+    names = FlowContributors.names
+
+    def counted(self: FlowContributors, ids: object) -> list[str]:
+        out = names(self, ids)  # type: ignore[arg-type]
+        named.append(len(out))
+        return out
+
+    pipeline = Pipeline(
+        flows_config(), extra_sources={"kern": ("file", "egress")}, keep_history=False
+    )
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(FlowContributors, "names", counted)
+        pipeline.apply("kern", Batch(flow_events(scan_of(rows), TICK), {}), None)
+        totals = sum(named)  # the surfaces' totals name theirs once a batch
+        results = pipeline.close_until(50.0)
+        # The ticks named nothing (k + 1 of each before): only what alerts list is named.
+        shown = sum(len(c.contributors) for r in results for c in r.changes)
+        assert pipeline.ticks == 5 and sum(named) == totals + shown < totals + 5 * 5
+        named.clear()
+        web = pipeline.table.index[("egress", "web")]
+        listed = pipeline.table.evidence(web, 3)
+    assert named == [3]
+    assert listed == [
+        ("10.0.19.249:443/TCP", 5099, {"uid": "0"}),
+        ("10.0.19.248:443/TCP", 5098, {"uid": "0"}),
+        ("10.0.19.247:443/TCP", 5097, {"uid": "0"}),
+    ]

@@ -37,7 +37,7 @@ from alarm.collectors.kernel.netfilter import MAX_LINE, FenceParseError, parse_f
 from alarm.collectors.kernel.records import KernelRecord
 from alarm.events import WriteEvents
 from alarm.sanitize import shown
-from alarm.surfaces import bounded_receipt
+from alarm.surfaces import MAX_CONTRIBUTOR_CHARS, bounded_receipt
 
 if TYPE_CHECKING:
     from alarm.collectors.kernel.canary import CanaryClaims
@@ -116,6 +116,7 @@ class FlowContributors:
     __slots__ = (
         "_alone",
         "_before_port",
+        "_distinct",
         "_index",
         "_keys",
         "_named",
@@ -144,6 +145,7 @@ class FlowContributors:
         self._parts: tuple[list[str], list[bool]] | None = None
         self._alone: list[bool] | None = None
         self._before_port: set[int] | None = None
+        self._distinct: bool | None = None
 
     def names(self, ids: Sequence[int]) -> list[str]:
         named = self._named
@@ -180,6 +182,23 @@ class FlowContributors:
                 hard.append(name)
         if hard:
             read.update(zip(hard, self._find(hard).tolist(), strict=True))
+
+    @property
+    def names_distinct(self) -> bool:
+        """Whether each index names itself alone, as the surfaces keep names: every
+        destination and protocol part reads back as itself, no address continues another
+        with ":digits", and no name is long enough to be cut (alarm/surfaces.py)."""
+        if self._distinct is None:
+            suffix, plain = self._protocol_parts()
+            alone, before_port = self._destination_parts()
+            longest = max(map(len, self.scan.dsts), default=0) + len(":99999")
+            self._distinct = (
+                all(plain)
+                and all(alone)
+                and not before_port
+                and longest + max(map(len, suffix), default=0) <= MAX_CONTRIBUTOR_CHARS
+            )
+        return self._distinct
 
     def _destination_parts(self) -> tuple[list[bool], set[int]]:
         """Per destination, whether it has no "/" and reads back as itself; and the
