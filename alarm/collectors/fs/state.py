@@ -16,8 +16,9 @@ a scan of the same file, or a scan after an overflow never count a byte twice.
   old name's departure to see.  Found again (by device and inode) in the same tree, it carries
   its count, and a pending one lands on its new name; the engine forgets orphans nobody found
   (:meth:`FileState.expire_orphans`), and only then is its ledger row deleted.
-- Counting writes the file's ledger row (ledger.py) in the same batch, so what is saved is
-  what was counted.
+- Counting writes the file's ledger row (ledger.py) in the same batch, or, for files
+  settled together and a baseline's, its entry in a ledger block (:meth:`write_blocks`), so
+  what is saved is what was counted.
 - A known inode found under a name it did not have (a scan after a restart, an overflow, a
   poll round) and changed is checked for a new birth (birth.py): a file born on the number
   of one deleted unseen is a new file, counted by its size, not as the old one grown.
