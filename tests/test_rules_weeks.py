@@ -92,14 +92,14 @@ def workday(rng: np.random.Generator, days: int, follow: float = 0.0, from_day: 
 def test_a_curve_follower_from_a_working_surface_s_second_week_pages_on_its_ordinary_days():
     """+40 % of the host's level in every tick it writes, from its second Monday: within the
     3x of the day statistic, and before two same weekdays are kept for the weekday one (the
-    long fleet's workday curve followers that began on days 6-14 were never paged).  Its
-    first week's working days stand in for its weeks."""
+    long fleet's workday curve followers that began on days 10-14 were never paged).  Its
+    first week's working days stand in for its weeks once a week of days is kept."""
     rng = np.random.default_rng(13)
     det = detector([{"name": "build-cache", "kind": "fs"}])
     fired = [(t, c) for t, c in replay(det, workday(rng, 10, 0.4, 7)) if c.rule == "drift"]
     assert fired, "a curve follower ran three working days unpaged"
     t, first = fired[0]
-    assert 7 * DAY <= t < 8 * DAY, f"paged on day {t / DAY:.1f}"
+    assert 7 * DAY <= t < 9 * DAY, f"paged on day {t / DAY:.1f}"
     assert first.figures["drift_statistic"] == "ordinary_days"
     assert "ordinary days" in first.summary
 
@@ -199,6 +199,24 @@ def test_a_fortnightly_job_pages_at_most_on_its_first_run():
     fired = replay(det, nbytes)
     runs = sorted({(t - 3 * DAY) // (2 * WEEK) for t, _ in fired})
     assert runs in ([], [0]), f"runs after the first paged: {runs}"
+
+
+def test_a_fortnightly_job_s_second_run_with_a_larger_lump_is_its_first_repeat():
+    """Six lumps a run, two weeks apart: the second run carries 1.2x the first and its largest
+    lump 2.4x the first's largest (how a run's bytes fall across its ticks varies more than
+    its total).  The first repeat's margin (2x) holds for the run's hour and day, and the
+    tick's margin grows with it: one page, on the first run."""
+    rng = np.random.default_rng(15)
+    det = detector([{"name": "report", "kind": "registry"}])
+    nbytes = strays(rng, 3 * WEEK, 0.1).astype(np.float64)
+    first = np.array([8.6e6, 7.9e6, 8.8e6, 8.1e6, 8.4e6, 8.2e6])
+    second = np.array([20e6, 7.5e6, 8.6e6, 7.9e6, 8.3e6, 7.7e6])
+    for run, lumps in enumerate((first, second)):
+        start = run * 2 * WEEK + 3 * DAY + 20 * HOUR
+        nbytes[start + np.array([0, 3, 4, 8, 9, 13])] += lumps
+    fired = replay(det, nbytes)
+    runs_paged = sorted({(t - 3 * DAY) // (2 * WEEK) for t, _ in fired})
+    assert runs_paged == [0], [(round(t / DAY, 2), c.rule) for t, c in fired]
 
 
 def test_many_members_each_writing_an_ordinary_write_in_one_hour_page_once_on_the_aggregate():

@@ -33,10 +33,11 @@ job's day is among the days kept.
 
 Until two same weekdays are kept (a surface's first two weeks and two days), its *ordinary
 days* stand in for its weeks, as hour-of-day pooling stands in for hour-of-week profiles
-while weeks are few: the kept days within 1.5x of its largest, where they are five or more
-and at least five in seven of its days (a working-day surface's weekdays; every day of a
-proxy's).  Today is judged against the largest of them the same way.  A surface whose days
-vary (sessions, jobs, bursts) has few days near its largest and is not judged by it.
+while weeks are few: with a week of days kept (the day statistic's maturity: the surface has
+shown its weekly swing), the kept days within 1.5x of its largest, where they are at least
+five in seven of its days (a working-day surface's weekdays; every day of a proxy's).  Today
+is judged against the largest of them the same way.  A surface whose days vary (sessions,
+jobs, bursts) has few days near its largest and is not judged by it.
 """
 
 from __future__ import annotations
@@ -64,10 +65,9 @@ WEEKDAY_MIN_DOF = 6  # days beyond one per weekday, for the spread
 WEEKDAY_SPREAD_FLOOR = 0.05
 WEEKDAY_CLEAR = 1.1
 COMPARABLE = np.log(4.0)  # weekdays whose mean day is within 4x below today's pool spreads
-# While two same weekdays are not kept, the surface's ordinary days stand in for them: the
-# kept days within 1.5x of its largest, where they are at least 5 and 5 in 7 of its days.
+# While two same weekdays are not kept, the surface's ordinary days stand in for them: with
+# a week of days kept, the kept days within 1.5x of its largest, where they are 5 in 7 of them.
 POOL_NEAR = np.log(1.5)
-POOL_MIN_DAYS = 5
 POOL_SHARE = 5.0 / 7.0
 WORDS = {"bits": "bits", "events": "writes", "written_ticks": "written ticks"}
 
@@ -209,12 +209,15 @@ class DriftRule(Rule):
         judges: the largest kept day times exp(SPREADS x the spread of the ordinary days' log
         totals), the ordinary days being those within POOL_NEAR of the largest.
 
-        Hour-of-day pooling while weeks are few, for days: a working-day surface's Monday
-        is judged in its second week against its first week's working days, where a curve
-        follower that started on day 6 to 14 had been judged by nothing but the 3x day
-        statistic until two same weekdays were kept (and by then its own days were among
-        them).  Judged only where the ordinary days are most of the kept days: a surface
-        whose days vary (sessions, jobs, bursts) has few days near its largest."""
+        Hour-of-day pooling while weeks are few, for days: a working-day surface's second
+        week is judged against its first week's working days, where a curve follower that
+        started on day 10 to 14 had been judged by nothing but the 3x day statistic until
+        two same weekdays were kept (and by then its own days were among them).  Judged
+        from a week of kept days (MATURE_DAYS: judged from five, it paged the two-week
+        fleets' level shifts in their first week as well, level-shift 0.99 -> 1.19 false
+        pages a surface-week on their choice seeds, against 1.09), and only where the
+        ordinary days are most of the kept days: a surface whose days vary (sessions,
+        jobs, bursts) has few days near its largest."""
         kept = lived.sum(axis=0)  # (rows,)
         largest = np.where(lived, logs, -np.inf).max(axis=1, initial=-np.inf)  # (quantity, rows)
         ordinary = lived & (logs >= largest[:, None, :] - POOL_NEAR)  # (quantity, days, rows)
@@ -224,7 +227,7 @@ class DriftRule(Rule):
         spread = np.sqrt((dev * dev).sum(axis=1) / np.maximum(count - 1, 1))
         spread = np.maximum(spread, WEEKDAY_SPREAD_FLOOR)
         threshold = np.expm1(largest + SPREADS * spread) + MARGIN[:WEEKDAY_QUANTITIES, None]
-        judged = (count >= POOL_MIN_DAYS) & (count >= POOL_SHARE * kept) & self.enabled
+        judged = (kept >= MATURE_DAYS) & (count >= POOL_SHARE * kept) & self.enabled
         return np.where(judged, threshold, np.inf), judged
 
     def describe(self, row: int) -> tuple[float, float, str, dict[str, Any]]:
