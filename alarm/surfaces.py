@@ -108,9 +108,7 @@ class HeavyHitters:
             # below with nothing to find, without its steps over no held names.
             top = np.argpartition(amounts, m - (k + 1))[-(k + 1) :]
             batch = [bounded_name(c) for c in contributors.names(ids[top])]
-            get = counts.get
-            for name, amount in zip(batch, amounts[top].tolist(), strict=True):
-                counts[name] = get(name, 0) + amount
+            self.add_keys(batch, amounts[top].tolist())
             self._prune()
             return batch
         held = list(counts)
@@ -127,11 +125,11 @@ class HeavyHitters:
         for name, amount in zip(added, amounts[j[present]].tolist(), strict=True):
             counts[name] += amount
         batch = [bounded_name(c) for c in contributors.names(ids[new])]
-        get = counts.get
-        for name, amount in zip(batch, amounts[new].tolist(), strict=True):
-            counts[name] = get(name, 0) + amount  # two keys of one name add up (FlowContributors)
+        # Two keys of one name add up (FlowContributors); add_keys prunes only where
+        # ``pruned`` (held and new distinct names are at most held + new).
+        self.add_keys(batch, amounts[new].tolist())
         if pruned:
-            self._prune()
+            self._prune()  # a second prune of k names changes nothing
         return added + batch
 
     def _prune(self) -> None:
@@ -238,6 +236,13 @@ def names_distinct(contributors: ContributorTable) -> bool:
     its indexes can stand for their names (TickTop, SurfaceTable.recent_table).  A table that does
     not say (``names_distinct``) is taken to have indexes that share a name."""
     return bool(getattr(contributors, "names_distinct", False))
+
+
+def _index_names(contributors: ContributorTable, keys: Iterable[Hashable]) -> dict[int, str]:
+    """The kept (bounded) names of the keys that are indexes of ``contributors`` (the
+    others are names already)."""
+    ids = [c for c in keys if type(c) is int]
+    return dict(zip(ids, map(bounded_name, contributors.names(ids)), strict=True))
 
 
 @dataclass(slots=True)
@@ -474,8 +479,7 @@ class SurfaceTable:
         contributors = self.recent_table[row]
         if contributors is None:
             return [(c, b, receipts.get(c)) for c, b in listed]
-        ids = [c for c, _ in listed if type(c) is int]
-        names = dict(zip(ids, map(bounded_name, contributors.names(ids)), strict=True))
+        names = _index_names(contributors, [c for c, _ in listed])
         return [(names.get(c, c), b, receipts.get(c)) for c, b in listed]  # type: ignore[misc]
 
     def _key_recent(self, row: int, contributors: ContributorTable | None) -> None:
@@ -490,8 +494,7 @@ class SurfaceTable:
         keys = list(dict.fromkeys([*recent.keys(), *receipts]))
         new: dict[Hashable, Hashable] = {}
         if held is not None:
-            ids = [c for c in keys if type(c) is int]
-            new.update(zip(ids, map(bounded_name, held.names(ids)), strict=True))
+            new.update(_index_names(held, keys))
         if contributors is not None and keys:
             names = [new.get(c, c) for c in keys]
             at = contributors.find(names)  # type: ignore[arg-type]

@@ -555,9 +555,7 @@ class Detector:
             if j is None:
                 n = len(self.keys)
                 return np.full(n, np.inf), np.zeros(n, dtype=bool)
-            ready = np.isfinite(j.thresholds).all(axis=0)
-            threshold = np.exp(j.size_level + j.thresholds[0]) / self._tick_seconds
-            self._spike_columns = (threshold, ready)
+            self._spike_columns = self._spike_figures_at(j, slice(None))
         return self._spike_columns
 
     def _spike_figures_of(self, row: int) -> tuple[float, bool]:
@@ -570,9 +568,14 @@ class Detector:
         j = self._judgement
         if j is None:
             return math.inf, False
-        ready_row = bool(np.isfinite(j.thresholds[:, row]).all())
-        level = j.size_level[row : row + 1] + j.thresholds[0, row : row + 1]
-        return float(np.exp(level)[0] / self._tick_seconds), ready_row
+        threshold, ready = self._spike_figures_at(j, slice(row, row + 1))
+        return float(threshold[0]), bool(ready[0])
+
+    def _spike_figures_at(self, j: SpikeJudgement, rows: slice) -> tuple[np.ndarray, np.ndarray]:
+        """The spike threshold (bytes/s) and readiness of ``rows`` from judgement ``j``."""
+        ready = np.isfinite(j.thresholds[:, rows]).all(axis=0)
+        threshold = np.exp(j.size_level[rows] + j.thresholds[0, rows]) / self._tick_seconds
+        return threshold, ready
 
     def figures_of(self, row: int) -> SurfaceFigures:
         bank = self.budget

@@ -248,23 +248,17 @@ class DriftRule(Rule):
         for i, name in enumerate(QUANTITIES[:WEEKDAY_QUANTITIES]):
             figures[f"drift_{name}_today"] = float(self.today[i, row])
             figures[f"drift_{name}_weekday_threshold"] = float(self.weekday_threshold[i, row])
-        if by_weekday and self.pooled[w, row]:
-            value, threshold = float(self.today[w, row]), float(self.weekday_threshold[w, row])
-            figures["drift_quantity"] = QUANTITIES[w]
-            figures["drift_statistic"] = "ordinary_days"
-            what = (
-                f"carried {value:,.0f} {WORDS[QUANTITIES[w]]} so far today, above any of its "
-                f"ordinary days by more than they vary (threshold {threshold:,.0f}): more "
-                f"than its own daily curve"
-            )
-            return value, threshold, what, figures
         if by_weekday:
             value, threshold = float(self.today[w, row]), float(self.weekday_threshold[w, row])
             figures["drift_quantity"] = QUANTITIES[w]
+            if self.pooled[w, row]:
+                figures["drift_statistic"] = "ordinary_days"
+                against = "any of its ordinary days by more than they vary"
+            else:
+                against = "any same weekday of its last weeks by more than its days vary"
             what = (
-                f"carried {value:,.0f} {WORDS[QUANTITIES[w]]} so far today, above any same "
-                f"weekday of its last weeks by more than its days vary (threshold "
-                f"{threshold:,.0f}): more than its own daily curve"
+                f"carried {value:,.0f} {WORDS[QUANTITIES[w]]} so far today, above {against} "
+                f"(threshold {threshold:,.0f}): more than its own daily curve"
             )
             return value, threshold, what, figures
         words = WORDS[QUANTITIES[q]]
